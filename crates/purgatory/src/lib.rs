@@ -1,0 +1,2 @@
+//! Delayed operations watched by keys (see the purgatory issue).
+#![warn(missing_docs)]

@@ -1,0 +1,540 @@
+//! The concurrent wheel: adds and cancels from any thread through `&self`, advancing by one party
+//! holding every lock.
+//!
+//! # Ground rules
+//!
+//! * The wheel is split into shards. A shard is a whole wheel core ([`Shard`]: arena, bucket
+//!   lists, clock) behind **its own mutex**; a thread adds to the shard its thread number picks,
+//!   so threads adding at once touch disjoint memory and locks. Every bucket list, link and
+//!   payload of a shard is read and written only under that shard's mutex.
+//! * The shard mutexes together are the wheel's reader–writer lock, sharded: an add or a cancel
+//!   takes one shard's mutex (the "read side", split so that two adders on two threads share no
+//!   cache line), and [`ConcurrentWheel::lock`] takes all of them in index order (the "write
+//!   side") to advance the clock and flush. Kafka's `SystemTimer` uses one
+//!   `ReentrantReadWriteLock` for the same exclusion; a single lock word would make every add on
+//!   every thread write the same cache line.
+//! * Bucket markers (`markers[level][slot]`: the expiration a bucket is queued under, or
+//!   `NOT_QUEUED`) are atomics shared by all shards, because one bucket position `(level, slot)`
+//!   stands for the same time range in every shard (all shards share one clock). An adder sets a
+//!   marker with a swap; exactly one adder wins each change and pushes the bucket into the
+//!   expiry queue, **while still holding its shard mutex**, so a holder of the write side never
+//!   sees a set marker whose bucket is not yet queued. Only the write side resets a marker, when
+//!   it pops the bucket.
+//! * Lock order: shard mutexes in index order, then the queue mutex. Adders take one shard then
+//!   (rarely) the queue; the write side takes all shards then the queue.
+//! * No user code runs under any of these locks: values leave the wheel by return value
+//!   (cancel) or through the caller's `expired` callback (advance); the caller drops or runs them
+//!   after releasing the guard.
+//!
+//! # State of an entry
+//!
+//! `PENDING → FIRED` (taken out by [`WheelGuard::advance`]), `PENDING → CANCELLED`
+//! ([`EntryHandle::cancel`]), `PENDING → HANDED_BACK` ([`WheelGuard::close`]). Each transition
+//! happens under the entry's shard mutex and moves the value out exactly once, so exactly one of
+//! them happens to each entry.
+
+use std::fmt;
+
+use crate::bucket::{Bucket, ExpiryQueue, Geometry, NOT_QUEUED};
+use crate::list::{EntryKey, KeyState};
+use crate::shard::{Fired, Shard};
+use crate::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{thread_hint, Arc, Mutex, MutexGuard};
+use crate::{AddError, ConfigError};
+
+/// The largest number of shards a [`ConcurrentWheel`] accepts.
+pub const MAX_SHARDS: usize = 256;
+
+/// One shard, padded to its own cache lines.
+#[repr(align(128))]
+struct ShardCell<T> {
+    shard: Mutex<Shard<T>>,
+    /// Mirror of `shard.len()`, stored under the mutex, read without it.
+    len: AtomicUsize,
+}
+
+/// A hierarchical timing wheel shared by threads: [`add`](Self::add) and
+/// [`EntryHandle::cancel`] work through shared references from any thread, each taking one
+/// shard's lock; [`lock`](Self::lock) gives one party exclusive access to advance it.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use timing_wheel::ConcurrentWheel;
+///
+/// let wheel = Arc::new(ConcurrentWheel::new(1, 20, 0)?);
+/// let handles: Vec<_> = (0..4u64)
+///     .map(|t| {
+///         let wheel = Arc::clone(&wheel);
+///         std::thread::spawn(move || {
+///             (0..100).map(|i| wheel.add(1 + i + t, (t, i)).unwrap().handle).collect::<Vec<_>>()
+///         })
+///     })
+///     .collect();
+/// let handles: Vec<_> = handles.into_iter().flat_map(|h| h.join().unwrap()).collect();
+/// assert_eq!(wheel.len(), 400);
+/// assert!(handles[0].cancel().is_some());
+///
+/// let mut fired = 0;
+/// wheel.lock().advance(1_000, |_| fired += 1);
+/// assert_eq!(fired, 399);
+/// # Ok::<(), timing_wheel::ConfigError>(())
+/// ```
+pub struct ConcurrentWheel<T> {
+    shards: Box<[Arc<ShardCell<T>>]>,
+    /// Per bucket position: the expiration it is queued under, or `NOT_QUEUED`.
+    markers: Box<[AtomicU64]>,
+    queue: Mutex<ExpiryQueue>,
+    geo: Geometry,
+}
+
+/// The handle of one scheduled entry of a [`ConcurrentWheel`]: cancel it or ask about it from
+/// any thread. Dropping the handle does not cancel the entry.
+pub struct EntryHandle<T> {
+    cell: Arc<ShardCell<T>>,
+    key: EntryKey,
+}
+
+/// The result of a successful [`ConcurrentWheel::add`].
+#[derive(Debug)]
+pub struct Added<T> {
+    /// The entry's handle.
+    pub handle: EntryHandle<T>,
+    /// The bucket this add queued, if its expiration changed (Kafka's `setExpiration` returning
+    /// true). `None` when the bucket was already queued under this expiration.
+    pub queued: Option<Bucket>,
+    /// True when the queued bucket became the earliest in the queue: whoever waits for the next
+    /// expiration must wake up and look again.
+    pub earliest: bool,
+}
+
+/// Exclusive access to a [`ConcurrentWheel`] (all shard locks and the queue lock), from
+/// [`ConcurrentWheel::lock`]. Adds and cancels on other threads wait until it is dropped.
+pub struct WheelGuard<'a, T> {
+    wheel: &'a ConcurrentWheel<T>,
+    shards: Vec<MutexGuard<'a, Shard<T>>>,
+    queue: MutexGuard<'a, ExpiryQueue>,
+}
+
+// ===== impl ConcurrentWheel =====
+
+impl<T> ConcurrentWheel<T> {
+    /// A wheel like [`TimingWheel::new`](crate::TimingWheel::new) with the default number of
+    /// shards: twice the machine's parallelism, rounded up to a power of two.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] for a bad tick or wheel size, as [`TimingWheel::new`](crate::TimingWheel::new).
+    ///
+    /// ```
+    /// let wheel = timing_wheel::ConcurrentWheel::<u32>::new(1, 20, 0)?;
+    /// assert!(wheel.shards() >= 2);
+    /// # Ok::<(), timing_wheel::ConfigError>(())
+    /// ```
+    pub fn new(tick: u64, wheel_size: usize, start: u64) -> Result<Self, ConfigError> {
+        Self::with_shards(tick, wheel_size, start, default_shards())
+    }
+
+    /// A wheel with `shards` shards (rounded up to a power of two). One shard serialises all
+    /// adds on one lock; more shards let more threads add at once.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::BadShardCount`] unless `1 <= shards <= MAX_SHARDS`, and the errors of
+    /// [`new`](Self::new).
+    ///
+    /// ```
+    /// use timing_wheel::{ConcurrentWheel, ConfigError};
+    /// assert_eq!(ConcurrentWheel::<()>::with_shards(1, 20, 0, 3)?.shards(), 4);
+    /// assert_eq!(
+    ///     ConcurrentWheel::<()>::with_shards(1, 20, 0, 0).unwrap_err(),
+    ///     ConfigError::BadShardCount(0)
+    /// );
+    /// # Ok::<(), ConfigError>(())
+    /// ```
+    pub fn with_shards(
+        tick: u64,
+        wheel_size: usize,
+        start: u64,
+        shards: usize,
+    ) -> Result<Self, ConfigError> {
+        if shards == 0 || shards > MAX_SHARDS {
+            return Err(ConfigError::BadShardCount(shards));
+        }
+        let geo = Geometry::new(tick, wheel_size)?;
+        let shards = (0..shards.next_power_of_two())
+            .map(|_| {
+                Arc::new(ShardCell {
+                    shard: Mutex::new(Shard::new(geo.clone(), start)),
+                    len: AtomicUsize::new(0),
+                })
+            })
+            .collect();
+        let markers = (0..geo.max_levels() * wheel_size)
+            .map(|_| AtomicU64::new(NOT_QUEUED))
+            .collect();
+        Ok(ConcurrentWheel {
+            shards,
+            markers,
+            queue: Mutex::new(ExpiryQueue::default()),
+            geo,
+        })
+    }
+
+    /// Schedules `value` at `deadline` on the calling thread's shard. O(1); takes that shard's
+    /// lock, and the queue's lock only when a bucket is queued.
+    ///
+    /// # Errors
+    ///
+    /// [`AddError::Expired`] when the deadline is not after the wheel's current time;
+    /// [`AddError::Closed`] after [`WheelGuard::close`]. Both hand the value back.
+    ///
+    /// ```
+    /// use timing_wheel::{AddError, ConcurrentWheel};
+    /// let wheel = ConcurrentWheel::new(1, 20, 50)?;
+    /// let added = wheel.add(60, "x").unwrap();
+    /// assert!(added.queued.is_some() && added.earliest);
+    /// assert!(wheel.add(60, "y").unwrap().queued.is_none(), "same bucket, already queued");
+    /// assert!(matches!(wheel.add(50, "z"), Err(AddError::Expired("z"))));
+    /// # Ok::<(), timing_wheel::ConfigError>(())
+    /// ```
+    #[inline]
+    pub fn add(&self, deadline: u64, value: T) -> Result<Added<T>, AddError<T>> {
+        self.add_on_shard(thread_hint(), deadline, value)
+    }
+
+    /// [`add`](Self::add) on shard `hint % shards()` instead of the calling thread's: for callers
+    /// that manage their own thread affinity (one shard per worker, say).
+    ///
+    /// # Errors
+    ///
+    /// As [`add`](Self::add).
+    ///
+    /// ```
+    /// let wheel = timing_wheel::ConcurrentWheel::with_shards(1, 20, 0, 2)?;
+    /// wheel.add_on_shard(1, 10, ()).unwrap();
+    /// assert_eq!(wheel.len(), 1);
+    /// # Ok::<(), timing_wheel::ConfigError>(())
+    /// ```
+    #[inline]
+    pub fn add_on_shard(&self, hint: usize, deadline: u64, value: T) -> Result<Added<T>, AddError<T>> {
+        let cell = &self.shards[hint & (self.shards.len() - 1)];
+        let mut shard = cell.shard.lock();
+        let (key, b) = shard.add(deadline, value)?;
+        cell.len.store(shard.len(), Ordering::Relaxed);
+        let (queued, earliest) = if mark(&self.markers, self.geo.size as usize, b) {
+            // Pushed under the shard lock: see the ground rules.
+            (Some(b), self.queue.lock().push(b))
+        } else {
+            (None, false)
+        };
+        drop(shard);
+        Ok(Added {
+            handle: EntryHandle {
+                cell: Arc::clone(cell),
+                key,
+            },
+            queued,
+            earliest,
+        })
+    }
+
+    /// Takes every shard lock (in index order) and the queue lock: exclusive access to advance
+    /// the clock, flush due buckets, or close the wheel. Do not call this while holding a
+    /// [`WheelGuard`] of the same wheel, and do not add or cancel on this wheel from inside the
+    /// guard's callbacks: both deadlock.
+    pub fn lock(&self) -> WheelGuard<'_, T> {
+        let shards = self.shards.iter().map(|c| c.shard.lock()).collect();
+        let queue = self.queue.lock();
+        WheelGuard {
+            wheel: self,
+            shards,
+            queue,
+        }
+    }
+
+    /// The expiration of the earliest queued bucket (see
+    /// [`TimingWheel::next_expiration`](crate::TimingWheel::next_expiration)). Takes the queue
+    /// lock only.
+    ///
+    /// ```
+    /// let wheel = timing_wheel::ConcurrentWheel::new(1, 20, 0)?;
+    /// wheel.add(450, ()).unwrap();
+    /// assert_eq!(wheel.next_expiration(), Some(400));
+    /// # Ok::<(), timing_wheel::ConfigError>(())
+    /// ```
+    pub fn next_expiration(&self) -> Option<u64> {
+        self.queue.lock().peek().map(|b| b.expiration())
+    }
+
+    /// Number of pending entries: the sum of the shards' exact counts (each read without a lock,
+    /// so a sum taken while other threads add or cancel is a moment's snapshot per shard).
+    ///
+    /// ```
+    /// let wheel = timing_wheel::ConcurrentWheel::new(1, 20, 0)?;
+    /// let h = wheel.add(5, ()).unwrap().handle;
+    /// assert_eq!(wheel.len(), 1);
+    /// h.cancel();
+    /// assert_eq!(wheel.len(), 0);
+    /// # Ok::<(), timing_wheel::ConfigError>(())
+    /// ```
+    #[doc(alias = "size")]
+    pub fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|c| c.len.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// True when no entry is pending.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Number of shards.
+    pub fn shards(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// Width of a level-0 bucket.
+    pub fn tick(&self) -> u64 {
+        self.geo.tick
+    }
+
+    /// Buckets per level.
+    pub fn wheel_size(&self) -> usize {
+        self.geo.size as usize
+    }
+
+    /// Buckets in the expiry queue (takes the queue lock).
+    pub fn queued_buckets(&self) -> usize {
+        self.queue.lock().len()
+    }
+}
+
+/// Sets bucket `b`'s marker to its expiration; true if this call changed it (and so must queue
+/// the bucket). Runs under the caller's shard lock or the write side.
+#[inline]
+fn mark(markers: &[AtomicU64], size: usize, b: Bucket) -> bool {
+    let m = &markers[b.level() * size + b.slot()];
+    // Read first: the common case (bucket already queued) then leaves the shared line shared.
+    if m.load(Ordering::Relaxed) == b.expiration() {
+        return false;
+    }
+    let prev = m.swap(b.expiration(), Ordering::AcqRel);
+    debug_assert!(
+        prev == NOT_QUEUED || prev == b.expiration(),
+        "queued bucket {b:?} changed expiration (was {prev})"
+    );
+    prev != b.expiration()
+}
+
+fn default_shards() -> usize {
+    if cfg!(loom) {
+        return 1;
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (2 * cpus).next_power_of_two().clamp(2, MAX_SHARDS)
+}
+
+// ===== impl WheelGuard =====
+
+impl<T> WheelGuard<'_, T> {
+    /// The wheel's time.
+    pub fn current_time(&self) -> u64 {
+        self.shards[0].current()
+    }
+
+    /// Moves the clock to `time` (rounded down to the tick) without flushing anything (Kafka's
+    /// `TimingWheel.advanceClock`). Buckets that are due stay queued until
+    /// [`advance`](Self::advance) takes them; an earlier time does nothing.
+    pub fn advance_clock(&mut self, time: u64) {
+        for shard in &mut self.shards {
+            shard.advance_clock(time);
+        }
+    }
+
+    /// The expiration of the earliest queued bucket.
+    pub fn next_expiration(&self) -> Option<u64> {
+        self.queue.peek().map(|b| b.expiration())
+    }
+
+    /// Moves time forward to `now`, flushing every due bucket in expiration order in every shard
+    /// and cascading entries down; each entry whose deadline has been reached is handed to
+    /// `expired` (under the locks: collect, do not run user code there). Returns how many.
+    pub fn advance(&mut self, now: u64, mut expired: impl FnMut(Fired<T>)) -> usize {
+        let WheelGuard {
+            wheel,
+            shards,
+            queue,
+        } = self;
+        let size = wheel.geo.size as usize;
+        let mut fired = 0;
+        while let Some(b) = queue.pop_due(now) {
+            let prev = wheel.markers[b.level() * size + b.slot()].swap(NOT_QUEUED, Ordering::AcqRel);
+            debug_assert_eq!(prev, b.expiration(), "popped bucket {b:?} had marker {prev}");
+            for shard in shards.iter_mut() {
+                shard.advance_clock(b.expiration());
+            }
+            for (shard, cell) in shards.iter_mut().zip(wheel.shards.iter()) {
+                let n = shard.flush(b, &mut expired, &mut |nb| {
+                    if mark(&wheel.markers, size, nb) {
+                        queue.push(nb);
+                    }
+                });
+                if n > 0 {
+                    cell.len.store(shard.len(), Ordering::Relaxed);
+                }
+                fired += n;
+            }
+        }
+        for shard in shards.iter_mut() {
+            shard.advance_clock(now);
+        }
+        fired
+    }
+
+    /// Closes the wheel: later adds fail with [`AddError::Closed`], cancels return `None`, and
+    /// every pending entry is handed to `f` (its handle then reports
+    /// [`is_handed_back`](EntryHandle::is_handed_back)). Returns how many.
+    pub fn close(&mut self, mut f: impl FnMut(Fired<T>)) -> usize {
+        let mut n = 0;
+        for (shard, cell) in self.shards.iter_mut().zip(self.wheel.shards.iter()) {
+            shard.close(&mut |key, deadline, value| {
+                n += 1;
+                f(Fired {
+                    key,
+                    deadline,
+                    value,
+                });
+            });
+            cell.len.store(0, Ordering::Relaxed);
+        }
+        while let Some(b) = self.queue.pop_due(u64::MAX) {
+            self.wheel.markers[self.wheel.geo.marker_index(b.level(), b.slot())]
+                .store(NOT_QUEUED, Ordering::Relaxed);
+        }
+        n
+    }
+
+    /// True once [`close`](Self::close) has run.
+    pub fn is_closed(&self) -> bool {
+        self.shards[0].is_closed()
+    }
+
+    /// Pending entries (exact: computed under the locks).
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.len()).sum()
+    }
+
+    /// True when no entry is pending.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Levels created so far (the most any shard has).
+    pub fn levels(&self) -> usize {
+        self.shards.iter().map(|s| s.levels()).max().unwrap_or(0)
+    }
+
+    /// Buckets in the expiry queue.
+    pub fn queued_buckets(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Bytes reserved for entry storage in all shards.
+    pub fn reserved_bytes(&self) -> usize {
+        self.shards.iter().map(|s| s.reserved_bytes()).sum()
+    }
+
+    /// Panics if an invariant is broken: every list well formed, every entry in the right
+    /// bucket, every non-empty bucket (in any shard) queued exactly once under its expiration,
+    /// markers and queue agreeing, the lock-free length mirrors exact, all shards on one clock.
+    #[doc(hidden)]
+    pub fn check_invariants(&self) {
+        let current = self.current_time();
+        let mut nonempty = Vec::new();
+        for (shard, cell) in self.shards.iter().zip(self.wheel.shards.iter()) {
+            assert_eq!(shard.current(), current, "shards disagree on the time");
+            assert_eq!(cell.len.load(Ordering::Relaxed), shard.len(), "len mirror drifted");
+            shard.check(&mut |b| nonempty.push(b));
+        }
+        crate::wheel::check_queue(&self.wheel.geo, self.queue.iter(), &nonempty, |i| {
+            self.wheel.markers[i].load(Ordering::Relaxed)
+        });
+    }
+}
+
+// ===== impl EntryHandle =====
+
+impl<T> EntryHandle<T> {
+    /// Cancels the entry: unlinks it at once (O(1), under its shard's lock) and returns its
+    /// value. `None` means the entry is no longer pending (it fired, was cancelled, or was handed
+    /// back by a close): this call did not win.
+    ///
+    /// ```
+    /// let wheel = timing_wheel::ConcurrentWheel::new(1, 20, 0)?;
+    /// let h = wheel.add(10, vec![0u8; 1024]).unwrap().handle;
+    /// assert_eq!(h.cancel().map(|v| v.len()), Some(1024)); // the memory is released here
+    /// assert_eq!(h.cancel(), None);
+    /// # Ok::<(), timing_wheel::ConfigError>(())
+    /// ```
+    #[doc(alias = "remove")]
+    #[inline]
+    pub fn cancel(&self) -> Option<T> {
+        let mut shard = self.cell.shard.lock();
+        let value = shard.cancel(self.key);
+        if value.is_some() {
+            self.cell.len.store(shard.len(), Ordering::Relaxed);
+        }
+        value
+    }
+
+    /// True while the entry is scheduled.
+    pub fn is_pending(&self) -> bool {
+        self.cell.shard.lock().key_state(self.key) == KeyState::Pending
+    }
+
+    /// True if a close of the wheel took the entry out before it fired or was cancelled.
+    pub fn is_handed_back(&self) -> bool {
+        self.cell.shard.lock().key_state(self.key) == KeyState::HandedBack
+    }
+
+    /// The entry's deadline, while it is pending.
+    pub fn deadline(&self) -> Option<u64> {
+        self.cell.shard.lock().deadline(self.key)
+    }
+
+    /// The entry's key within its shard (what [`Fired::key`] reports when it fires).
+    pub fn key(&self) -> EntryKey {
+        self.key
+    }
+}
+
+impl<T> fmt::Debug for EntryHandle<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EntryHandle").field("key", &self.key).finish()
+    }
+}
+
+impl<T> fmt::Debug for ConcurrentWheel<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConcurrentWheel")
+            .field("tick", &self.geo.tick)
+            .field("wheel_size", &self.geo.size)
+            .field("shards", &self.shards.len())
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+impl<T> fmt::Debug for WheelGuard<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WheelGuard")
+            .field("current_time", &self.current_time())
+            .field("len", &self.len())
+            .field("queued_buckets", &self.queued_buckets())
+            .finish()
+    }
+}

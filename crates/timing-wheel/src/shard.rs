@@ -1,0 +1,274 @@
+//! One wheel's levels, buckets and entries, as plain `&mut self` code.
+//!
+//! A [`Shard`] is the whole hierarchical wheel minus its expiry queue: an [`Arena`] of nodes, one
+//! sentinel-headed list per bucket, the current time and the level windows derived from it. The
+//! single-threaded [`TimingWheel`](crate::TimingWheel) owns one; the
+//! [`ConcurrentWheel`](crate::ConcurrentWheel) keeps several, each behind its own mutex.
+//!
+//! # Invariants
+//!
+//! * `current` is a multiple of the tick and only grows.
+//! * Every `PENDING` node is linked into exactly one bucket list, except while a flush holds it
+//!   in transit (and a flush relinks or releases every node it detached before returning).
+//! * A node in bucket `(k, s)` of expiration `X` has a rounded deadline `e` with
+//!   `X <= e < X + tick_k`, and `X > current` (a bucket is flushed once `current` reaches `X`).
+//! * Bucket queueing (the markers) is the owner's job: [`Shard::add`] and [`Shard::flush`]
+//!   report every placement, and the owner queues a bucket whose marker changes.
+//! * Levels are created lazily: level `k`'s lists exist once an entry has needed level `k` (and
+//!   then all levels below it exist too, as with Kafka's chain of overflow wheels).
+
+use crate::bucket::{Bucket, Geometry};
+use crate::list::{Arena, EntryKey, KeyState, NIL};
+use crate::AddError;
+
+/// An entry taken out of the wheel because its deadline was reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fired<T> {
+    /// The key it was scheduled under (it no longer matches anything).
+    pub key: EntryKey,
+    /// The deadline it was scheduled for.
+    pub deadline: u64,
+    /// The value.
+    pub value: T,
+}
+
+pub(crate) struct Shard<T> {
+    arena: Arena<T>,
+    geo: Geometry,
+    current: u64,
+    /// End of each level's window at `current` (see `Geometry::windows`).
+    ends: Vec<u64>,
+    /// First sentinel of each created level; bucket `(k, s)` is headed by `heads[k] + s`.
+    heads: Vec<u32>,
+    closed: bool,
+}
+
+// ===== impl Shard =====
+
+impl<T> Shard<T> {
+    pub(crate) fn new(geo: Geometry, start: u64) -> Self {
+        let current = geo.round_down(start);
+        let mut ends = Vec::with_capacity(geo.max_levels());
+        geo.windows(current, &mut ends);
+        Shard {
+            arena: Arena::new(),
+            geo,
+            current,
+            ends,
+            heads: Vec::new(),
+            closed: false,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn current(&self) -> u64 {
+        self.current
+    }
+
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.arena.pending()
+    }
+
+    pub(crate) fn levels(&self) -> usize {
+        self.heads.len()
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    pub(crate) fn geometry(&self) -> &Geometry {
+        &self.geo
+    }
+
+    pub(crate) fn reserved_bytes(&self) -> usize {
+        self.arena.reserved_bytes()
+    }
+
+    /// Moves the clock to `time` rounded down to the tick, if that is later (Kafka's
+    /// `advanceClock`: earlier times are ignored).
+    pub(crate) fn advance_clock(&mut self, time: u64) {
+        let t = self.geo.round_down(time);
+        if t > self.current {
+            self.current = t;
+            self.geo.windows(t, &mut self.ends);
+        }
+    }
+
+    /// Sentinel of bucket `(level, slot)`, creating the level (and any below it) on first use.
+    #[inline]
+    fn head(&mut self, b: Bucket) -> u32 {
+        let level = b.level();
+        while self.heads.len() <= level {
+            let base = self.arena.alloc_sentinels(self.geo.size);
+            self.heads.push(base);
+        }
+        self.heads[level] + b.slot() as u32
+    }
+
+    /// Schedules `value` at `deadline`. On success returns its key and the bucket it went to
+    /// (the owner queues that bucket if its marker changes).
+    #[inline]
+    pub(crate) fn add(&mut self, deadline: u64, value: T) -> Result<(EntryKey, Bucket), AddError<T>> {
+        if self.closed {
+            return Err(AddError::Closed(value));
+        }
+        let Some(b) = self.geo.place(&self.ends, self.current, deadline) else {
+            return Err(AddError::Expired(value));
+        };
+        let head = self.head(b);
+        let key = self.arena.alloc(deadline, value);
+        self.arena.link_back(head, key.index);
+        Ok((key, b))
+    }
+
+    /// Unlinks the entry and hands its value back: `None` if the key no longer names a
+    /// scheduled entry (fired, cancelled, handed back, or never from this wheel).
+    #[inline]
+    pub(crate) fn cancel(&mut self, key: EntryKey) -> Option<T> {
+        if !self.arena.is_pending(key) {
+            return None;
+        }
+        self.arena.unlink(key.index);
+        Some(self.arena.release(key.index))
+    }
+
+    pub(crate) fn key_state(&self, key: EntryKey) -> KeyState {
+        self.arena.key_state(key)
+    }
+
+    pub(crate) fn deadline(&self, key: EntryKey) -> Option<u64> {
+        self.arena.is_pending(key).then(|| self.arena.deadline(key.index))
+    }
+
+    /// Kafka's `bucket.flush(reinsert)`: empties bucket `b` (if this shard has it) and re-places
+    /// every entry against the current time. Entries now due are released and handed to
+    /// `expired`; the rest cascade to finer buckets, each placement reported to `placed`.
+    /// Returns the number of entries handed to `expired`.
+    ///
+    /// The caller advances the clock to `b`'s expiration first, so nothing in `b` can land in
+    /// `b` again (a level-`k` entry re-places at a level below `k`).
+    pub(crate) fn flush(
+        &mut self,
+        b: Bucket,
+        expired: &mut impl FnMut(Fired<T>),
+        placed: &mut impl FnMut(Bucket),
+    ) -> usize {
+        let Some(&base) = self.heads.get(b.level()) else {
+            return 0;
+        };
+        debug_assert!(
+            self.current >= b.expiration(),
+            "flush of bucket {b:?} before its time (current {})",
+            self.current
+        );
+        let mut cur = self.arena.detach(base + b.slot() as u32);
+        let mut fired = 0;
+        while cur != NIL {
+            let next = self.arena.next(cur);
+            let deadline = self.arena.deadline(cur);
+            match self.geo.place(&self.ends, self.current, deadline) {
+                None => {
+                    // The key's stamp is read before the release bumps the generation.
+                    let key = self.key_of(cur);
+                    let value = self.arena.release(cur);
+                    fired += 1;
+                    expired(Fired { key, deadline, value });
+                }
+                Some(nb) => {
+                    debug_assert!(nb.level() < b.level(), "entry of {b:?} re-placed at {nb:?}");
+                    let head = self.head(nb);
+                    self.arena.link_back(head, cur);
+                    placed(nb);
+                }
+            }
+            cur = next;
+        }
+        fired
+    }
+
+    /// The bucket the entry is linked into (a walk over every list: tests and debugging only).
+    pub(crate) fn locate(&self, key: EntryKey) -> Option<Bucket> {
+        if !self.arena.is_pending(key) {
+            return None;
+        }
+        for (level, &base) in self.heads.iter().enumerate() {
+            for slot in 0..self.geo.size {
+                if self.arena.list_contains(base + slot, key.index) {
+                    let t = self.geo.ticks[level];
+                    let x = self.geo.round_up(self.arena.deadline(key.index)) / t * t;
+                    return Some(self.geo.place_at(level, x));
+                }
+            }
+        }
+        None
+    }
+
+    fn key_of(&self, index: u32) -> EntryKey {
+        EntryKey {
+            index,
+            stamp: self.arena.stamp(index),
+        }
+    }
+
+    /// Closes the shard (later adds fail with [`AddError::Closed`], cancels return `None`) and
+    /// hands every pending entry to `f`. Their keys then report "handed back".
+    pub(crate) fn close(&mut self, f: &mut impl FnMut(EntryKey, u64, T)) {
+        self.closed = true;
+        for level in 0..self.heads.len() {
+            for slot in 0..self.geo.size {
+                let mut cur = self.arena.detach(self.heads[level] + slot);
+                while cur != NIL {
+                    let next = self.arena.next(cur);
+                    let key = self.key_of(cur);
+                    let deadline = self.arena.deadline(cur);
+                    f(key, deadline, self.arena.hand_back(cur));
+                    cur = next;
+                }
+            }
+        }
+        debug_assert_eq!(self.arena.pending(), 0);
+    }
+
+    /// Checks every list and the accounting; calls `bucket` with each non-empty bucket and its
+    /// expiration. Panics on a violation.
+    pub(crate) fn check(&self, bucket: &mut impl FnMut(Bucket)) {
+        self.arena.check_accounting();
+        assert_eq!(self.current % self.geo.tick, 0, "current time off the tick");
+        let mut linked = 0;
+        for (level, &base) in self.heads.iter().enumerate() {
+            let t = self.geo.ticks[level];
+            for slot in 0..self.geo.size {
+                let deadlines = self.arena.check_list(base + slot);
+                let Some(&first) = deadlines.first() else {
+                    continue;
+                };
+                linked += deadlines.len();
+                let x = self.geo.round_up(first) / t * t;
+                assert!(x > self.current, "bucket ({level},{slot}) at {x} overdue at {}", self.current);
+                for d in deadlines {
+                    let e = self.geo.round_up(d);
+                    assert!(
+                        x <= e && e - x < t,
+                        "deadline {d} misplaced in bucket ({level},{slot}) of expiration {x}"
+                    );
+                    assert_eq!((e / t) % u64::from(self.geo.size), u64::from(slot));
+                }
+                bucket(self.geo.place_at(level, x));
+            }
+        }
+        assert_eq!(linked, self.arena.pending(), "entries not linked into any bucket");
+    }
+}
+
+impl<T> std::fmt::Debug for Shard<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shard")
+            .field("current", &self.current)
+            .field("len", &self.len())
+            .field("levels", &self.levels())
+            .field("closed", &self.closed)
+            .finish()
+    }
+}

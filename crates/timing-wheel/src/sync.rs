@@ -1,0 +1,91 @@
+//! Synchronisation shim: parking_lot + std normally, loom under `--cfg loom`.
+//!
+//! This is the only module of the crate that names `parking_lot`, `std::sync` or `loom`
+//! (`clippy.toml` bans them elsewhere). Both halves expose exactly the same surface.
+#![allow(dead_code, unused_imports, clippy::disallowed_types, clippy::disallowed_methods)]
+
+#[cfg(not(loom))]
+mod imp {
+    pub(crate) use std::sync::{atomic, Arc};
+
+    pub(crate) type MutexGuard<'a, T> = parking_lot::MutexGuard<'a, T>;
+
+    /// A mutex with parking_lot's API (no poisoning).
+    #[derive(Debug, Default)]
+    pub(crate) struct Mutex<T>(parking_lot::Mutex<T>);
+
+    impl<T> Mutex<T> {
+        pub(crate) fn new(v: T) -> Self {
+            Self(parking_lot::Mutex::new(v))
+        }
+        #[inline]
+        pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
+            self.0.lock()
+        }
+        #[inline]
+        pub(crate) fn get_mut(&mut self) -> &mut T {
+            self.0.get_mut()
+        }
+    }
+
+    /// A small per-thread number, assigned round-robin on a thread's first call; the concurrent
+    /// wheel uses it to give each thread its own shard.
+    #[inline]
+    pub(crate) fn thread_hint() -> usize {
+        use std::cell::Cell;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        thread_local! {
+            static HINT: Cell<usize> = const { Cell::new(usize::MAX) };
+        }
+        HINT.with(|h| {
+            let v = h.get();
+            if v != usize::MAX {
+                return v;
+            }
+            let v = NEXT.fetch_add(1, Ordering::Relaxed);
+            h.set(v);
+            v
+        })
+    }
+}
+
+#[cfg(loom)]
+mod imp {
+    pub(crate) use loom::sync::{atomic, Arc, MutexGuard};
+
+    /// A mutex with parking_lot's API, over loom's.
+    #[derive(Debug)]
+    pub(crate) struct Mutex<T>(loom::sync::Mutex<T>);
+
+    impl<T> Mutex<T> {
+        pub(crate) fn new(v: T) -> Self {
+            Self(loom::sync::Mutex::new(v))
+        }
+        #[track_caller]
+        pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
+            self.0.lock().unwrap()
+        }
+        #[track_caller]
+        pub(crate) fn get_mut(&mut self) -> &mut T {
+            self.0.get_mut().unwrap()
+        }
+    }
+
+    impl<T: Default> Default for Mutex<T> {
+        fn default() -> Self {
+            Self::new(T::default())
+        }
+    }
+
+    /// Under loom every model thread gets a stable number from its loom thread id, so models
+    /// with several shards put different threads on different shards deterministically.
+    pub(crate) fn thread_hint() -> usize {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        loom::thread::current().id().hash(&mut h);
+        h.finish() as usize
+    }
+}
+
+pub(crate) use imp::*;
