@@ -1,1 +1,165 @@
-fn main() {}
+//! The main job: `cargo run --release` runs the workloads of BENCHMARKS.md and prints tables.
+#![allow(clippy::disallowed_methods)] // a benchmark driver spawns threads and reads the wall clock
+
+use std::process::Command;
+
+use clap::{Parser, Subcommand};
+use kafka_timer::churn::{self, ChurnFigures, ConcurrentWheelTarget, HeapTarget, WheelTarget};
+use kafka_timer::measure::machine_line;
+
+#[derive(Parser, Debug)]
+#[command(version, about = "Kafka-style timer and purgatory: workloads of BENCHMARKS.md")]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Cmd>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// W1 churn: add N tasks (1..=30000 ms), cancel 90%; ns/op per phase and bytes per task.
+    W1(W1Args),
+    /// W5 scale: W1's add and cancel ns/op at N = 10^4 .. 10^7 pending (delay range N × 0.03 ms).
+    W5(W5Args),
+    /// Internal: add N tasks to one implementation and print the peak RSS (bytes).
+    #[command(hide = true)]
+    RssProbe {
+        #[arg(long)]
+        r#impl: String,
+        #[arg(long)]
+        n: usize,
+        #[arg(long)]
+        range_ms: u64,
+    },
+}
+
+#[derive(clap::Args, Debug, Clone)]
+struct W1Args {
+    /// Tasks to add.
+    #[arg(long, default_value_t = 1_000_000)]
+    n: usize,
+    /// Delay range in ms (delay = 1 + rand % range).
+    #[arg(long, default_value_t = 30_000)]
+    range_ms: u64,
+    /// Runs per implementation (the table shows medians).
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Implementations, comma separated.
+    #[arg(long, value_delimiter = ',', default_values_t = churn::IMPLS.iter().map(|s| s.to_string()))]
+    impls: Vec<String>,
+    /// Skip the bytes-per-task probes (two child processes per implementation).
+    #[arg(long)]
+    no_bytes: bool,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+struct W5Args {
+    /// Pending counts to measure.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![10_000, 100_000, 1_000_000, 10_000_000])]
+    sizes: Vec<usize>,
+    /// Runs per point (medians).
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Implementations, comma separated.
+    #[arg(long, value_delimiter = ',', default_values_t = churn::IMPLS.iter().map(|s| s.to_string()))]
+    impls: Vec<String>,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Cmd::W1(a)) => w1(&a),
+        Some(Cmd::W5(a)) => w5(&a),
+        Some(Cmd::RssProbe { r#impl, n, range_ms }) => {
+            println!("{}", churn::rss_probe(&r#impl, n, range_ms));
+        }
+        None => {
+            w1(&W1Args {
+                n: 1_000_000,
+                range_ms: 30_000,
+                runs: 3,
+                impls: churn::IMPLS.iter().map(|s| s.to_string()).collect(),
+                no_bytes: false,
+            });
+            println!();
+            w5(&W5Args {
+                sizes: vec![10_000, 100_000, 1_000_000, 10_000_000],
+                runs: 3,
+                impls: churn::IMPLS.iter().map(|s| s.to_string()).collect(),
+            });
+        }
+    }
+}
+
+fn measure(name: &str, runs: usize, delays: &[u64]) -> ChurnFigures {
+    match name {
+        "wheel" => churn::run_median(runs, delays, WheelTarget::new),
+        "concurrent-wheel" => churn::run_median(runs, delays, ConcurrentWheelTarget::new),
+        "binary-heap" => churn::run_median(runs, delays, HeapTarget::default),
+        other => {
+            eprintln!("unknown implementation {other}; known: {:?}", churn::IMPLS);
+            std::process::exit(2);
+        }
+    }
+}
+
+fn bytes_per_task(name: &str, n: usize, range_ms: u64) -> Option<f64> {
+    let exe = std::env::current_exe().ok()?;
+    let probe = |n: usize| -> Option<u64> {
+        let out = Command::new(&exe)
+            .args(["rss-probe", "--impl", name, "--n", &n.to_string(), "--range-ms", &range_ms.to_string()])
+            .output()
+            .ok()?;
+        String::from_utf8_lossy(&out.stdout).trim().parse().ok()
+    };
+    let (full, empty) = (probe(n)?, probe(0)?);
+    Some(full.saturating_sub(empty) as f64 / n.max(1) as f64)
+}
+
+fn w1(a: &W1Args) {
+    println!("W1 churn: N = {}, delay 1..={} ms, cancel 90%, medians of {} runs", a.n, a.range_ms, a.runs);
+    println!("machine: {}", machine_line());
+    println!(
+        "{:<18} {:>10} {:>12} {:>12} {:>14} {:>12}",
+        "impl", "add ns/op", "cancel ns/op", "add cpu ns", "cancel cpu ns", "bytes/task"
+    );
+    let delays = churn::delays(a.n, a.range_ms);
+    for name in &a.impls {
+        let f = measure(name, a.runs, &delays);
+        let bytes = if a.no_bytes { None } else { bytes_per_task(name, a.n, a.range_ms) };
+        println!(
+            "{:<18} {:>10.1} {:>12.1} {:>12.1} {:>14.1} {:>12}",
+            name,
+            f.add_ns,
+            f.cancel_ns,
+            f.add_cpu_ns,
+            f.cancel_cpu_ns,
+            bytes.map_or("-".into(), |b| format!("{b:.1}"))
+        );
+    }
+}
+
+fn w5(a: &W5Args) {
+    println!("W5 scale: add / cancel ns/op by pending N (delay range N × 0.03 ms), medians of {} runs", a.runs);
+    println!("machine: {}", machine_line());
+    print!("{:<18}", "impl");
+    for n in &a.sizes {
+        print!(" {:>18}", format!("N={n}"));
+    }
+    println!(" {:>12}", "10^7/10^4");
+    for name in &a.impls {
+        print!("{name:<18}");
+        let mut first = None;
+        let mut last = None;
+        for &n in &a.sizes {
+            let range = ((n as f64) * 0.03).round().max(1.0) as u64;
+            let f = measure(name, a.runs, &churn::delays(n, range));
+            print!(" {:>18}", format!("{:.1} / {:.1}", f.add_ns, f.cancel_ns));
+            first.get_or_insert(f);
+            last = Some(f);
+        }
+        if let (Some(a0), Some(a1)) = (first, last) {
+            print!(" {:>12}", format!("{:.2} / {:.2}", a1.add_ns / a0.add_ns, a1.cancel_ns / a0.cancel_ns));
+        }
+        println!();
+    }
+}

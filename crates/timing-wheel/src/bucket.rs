@@ -114,7 +114,7 @@ impl Geometry {
     }
 
     /// `⌈d / tick⌉ · tick`, saturating at the largest representable expiration.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn round_up(&self, d: u64) -> u64 {
         if self.tick == 1 {
             return d.min(self.max_expiration);
@@ -123,36 +123,6 @@ impl Geometry {
             Some(e) => e.min(self.max_expiration),
             None => self.max_expiration,
         }
-    }
-
-    /// Fills `ends[k]` with the end of level `k`'s window at time `current`.
-    pub(crate) fn windows(&self, current: u64, ends: &mut Vec<u64>) {
-        ends.clear();
-        for (&t, &span) in self.ticks.iter().zip(self.spans.iter()) {
-            ends.push((current - current % t).saturating_add(span));
-        }
-    }
-
-    /// Where an entry with this deadline goes at time `current` (whose windows are `ends`), or
-    /// `None` when it is already expired.
-    #[inline]
-    pub(crate) fn place(&self, ends: &[u64], current: u64, deadline: u64) -> Option<Bucket> {
-        let e = self.round_up(deadline);
-        if e <= current {
-            return None;
-        }
-        let top = self.ticks.len() - 1;
-        let mut k = 0;
-        while k < top && e >= ends[k] {
-            k += 1;
-        }
-        let t = self.ticks[k];
-        let v = e / t;
-        Some(Bucket {
-            expiration: v * t,
-            level: k as u8,
-            slot: (v % u64::from(self.size)) as u16,
-        })
     }
 
     /// The bucket of level `level` whose slot starts at `expiration`.
@@ -170,6 +140,90 @@ impl Geometry {
     #[inline]
     pub(crate) fn marker_index(&self, level: usize, slot: usize) -> usize {
         level * self.size as usize + slot
+    }
+}
+
+/// Where each level's window stands at one `current` time: recomputed when the clock moves, so
+/// that placing an entry costs at most one division (none at level 0 with a tick of 1).
+#[derive(Clone, Debug)]
+pub(crate) struct Windows {
+    current: u64,
+    /// Per level: the window's start `current_k`.
+    starts: Box<[u64]>,
+    /// Per level: the window's end `current_k + span_k` (saturating); strictly increasing in `k`
+    /// until it saturates, so the levels whose end is `<= e` are a prefix.
+    ends: Box<[u64]>,
+    /// Per level: the slot of `current_k`, `(current_k / tick_k) mod n`.
+    base_slots: Box<[u32]>,
+}
+
+impl Windows {
+    pub(crate) fn new(geo: &Geometry, start: u64) -> Self {
+        let levels = geo.max_levels();
+        let mut w = Windows {
+            current: 0,
+            starts: vec![0; levels].into_boxed_slice(),
+            ends: vec![0; levels].into_boxed_slice(),
+            base_slots: vec![0; levels].into_boxed_slice(),
+        };
+        w.set(geo, geo.round_down(start));
+        w
+    }
+
+    #[inline]
+    pub(crate) fn current(&self) -> u64 {
+        self.current
+    }
+
+    /// Moves to `current` (a multiple of the tick).
+    pub(crate) fn set(&mut self, geo: &Geometry, current: u64) {
+        debug_assert_eq!(current % geo.tick, 0);
+        self.current = current;
+        for k in 0..geo.max_levels() {
+            let t = geo.ticks[k];
+            let start = current - current % t;
+            self.starts[k] = start;
+            self.ends[k] = start.saturating_add(geo.spans[k]);
+            self.base_slots[k] = ((start / t) % u64::from(geo.size)) as u32;
+        }
+    }
+
+    /// Where an entry with this deadline goes now, or `None` when it is already expired.
+    /// `created` is the number of levels that exist (a hint: the search is branch-free over
+    /// them, and only walks further for a deadline beyond every existing level).
+    #[inline(always)]
+    pub(crate) fn place(&self, geo: &Geometry, created: usize, deadline: u64) -> Option<Bucket> {
+        let e = geo.round_up(deadline);
+        if e <= self.current {
+            return None;
+        }
+        let top = self.ends.len() - 1;
+        let scan = created.clamp(1, top);
+        // Branch-free: W1's random deadlines land on different levels, and a data-dependent
+        // loop exit mispredicts on a good share of adds.
+        let mut k = 0;
+        for &end in &self.ends[..scan] {
+            k += usize::from(e >= end);
+        }
+        if k == scan {
+            while k < top && e >= self.ends[k] {
+                k += 1;
+            }
+        }
+        let t = geo.ticks[k];
+        let start = self.starts[k];
+        let offset = e - start;
+        let q = if t == 1 { offset } else { offset / t };
+        debug_assert!(q < u64::from(geo.size), "deadline {e} outside level {k}'s window");
+        let mut slot = self.base_slots[k] + q as u32;
+        if slot >= geo.size {
+            slot -= geo.size;
+        }
+        Some(Bucket {
+            expiration: start + q * t,
+            level: k as u8,
+            slot: slot as u16,
+        })
     }
 }
 
@@ -243,60 +297,97 @@ mod tests {
         assert!(Geometry::new(u64::MAX / 3, 3).is_ok());
     }
 
+    /// The reference rule, written the slow way: the lowest level whose window holds `e`,
+    /// slot by absolute virtual id.
+    fn reference_place(g: &Geometry, current: u64, deadline: u64) -> Option<(usize, usize, u64)> {
+        let e = g.round_up(deadline);
+        if e <= current {
+            return None;
+        }
+        for k in 0..g.max_levels() {
+            let t = g.ticks[k];
+            let start = current - current % t;
+            if k == g.max_levels() - 1 || e < start.saturating_add(g.spans[k]) {
+                let v = e / t;
+                return Some((k, (v % u64::from(g.size)) as usize, v * t));
+            }
+        }
+        unreachable!()
+    }
+
+    fn place(g: &Geometry, current: u64, deadline: u64, created: usize) -> Option<(usize, usize, u64)> {
+        let w = Windows::new(g, current);
+        w.place(g, created, deadline).map(|b| (b.level(), b.slot(), b.expiration()))
+    }
+
     #[test]
     fn placement_follows_kafka_at_one_ms() {
         let g = Geometry::new(1, 20).unwrap();
-        let mut ends = Vec::new();
-        g.windows(0, &mut ends);
-        assert_eq!(g.place(&ends, 0, 0), None, "deadline == current is expired");
-        let b = g.place(&ends, 0, 1).unwrap();
-        assert_eq!((b.level(), b.slot(), b.expiration()), (0, 1, 1));
-        let b = g.place(&ends, 0, 19).unwrap();
-        assert_eq!((b.level(), b.slot(), b.expiration()), (0, 19, 19));
-        let b = g.place(&ends, 0, 28).unwrap();
-        assert_eq!((b.level(), b.slot(), b.expiration()), (1, 1, 20));
-        let b = g.place(&ends, 0, 450).unwrap();
-        assert_eq!((b.level(), b.slot(), b.expiration()), (2, 1, 400));
+        assert_eq!(place(&g, 0, 0, 1), None, "deadline == current is expired");
+        assert_eq!(place(&g, 0, 1, 1), Some((0, 1, 1)));
+        assert_eq!(place(&g, 0, 19, 1), Some((0, 19, 19)));
+        assert_eq!(place(&g, 0, 28, 1), Some((1, 1, 20)));
+        assert_eq!(place(&g, 0, 450, 2), Some((2, 1, 400)));
+        assert_eq!(place(&g, 20, 28, 2), Some((0, 8, 28)));
+        assert_eq!(place(&g, 400, 450, 3), Some((1, 2, 440)));
+    }
+
+    #[test]
+    fn fast_placement_agrees_with_the_reference_rule() {
+        let mut rng = 7u64;
+        let mut next = || {
+            rng = rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = rng;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        };
+        for (tick, size) in [(1, 20), (1, 2), (3, 3), (10, 4), (1000, 20), (1, 64), (7, 65536)] {
+            let g = Geometry::new(tick, size).unwrap();
+            for _ in 0..20_000 {
+                let current = g.round_down(next() >> (next() % 64));
+                let d = current.saturating_add(next() >> (next() % 64));
+                let created = (next() % (g.max_levels() as u64 + 1)) as usize;
+                assert_eq!(
+                    place(&g, current, d, created),
+                    reference_place(&g, current, d),
+                    "tick {tick} size {size} current {current} deadline {d} created {created}"
+                );
+            }
+        }
     }
 
     #[test]
     fn coarse_ticks_round_deadlines_up() {
         let g = Geometry::new(10, 4).unwrap();
-        let mut ends = Vec::new();
-        g.windows(20, &mut ends);
         // 21 rounds up to 30: due at 30, never at 20.
-        let b = g.place(&ends, 20, 21).unwrap();
-        assert_eq!((b.level(), b.expiration()), (0, 30));
-        assert_eq!(g.place(&ends, 20, 20), None);
-        assert_eq!(g.place(&ends, 20, 11), None);
+        assert_eq!(place(&g, 20, 21, 1).map(|p| (p.0, p.2)), Some((0, 30)));
+        assert_eq!(place(&g, 20, 20, 1), None);
+        assert_eq!(place(&g, 20, 11, 1), None);
     }
 
     #[test]
     fn huge_deadlines_saturate_in_the_top_level() {
         for (tick, size) in [(1, 2), (1, 20), (7, 3), (1_000_000, 20), (1, MAX_WHEEL_SIZE)] {
             let g = Geometry::new(tick, size).unwrap();
-            let mut ends = Vec::new();
-            g.windows(0, &mut ends);
-            let b = g.place(&ends, 0, u64::MAX).unwrap();
-            assert_eq!(b.level(), g.max_levels() - 1, "tick {tick} size {size}");
-            assert!(b.expiration() <= g.max_expiration);
-            assert!(b.expiration() < NOT_QUEUED);
+            let (level, _, expiration) = place(&g, 0, u64::MAX, 1).unwrap();
+            assert_eq!(level, g.max_levels() - 1, "tick {tick} size {size}");
+            assert!(expiration <= g.max_expiration);
+            assert!(expiration < NOT_QUEUED);
             // Near the end of time the windows still do not overflow.
             let late = g.round_down(u64::MAX - 5);
-            g.windows(late, &mut ends);
-            assert!(g.place(&ends, late, u64::MAX).is_none_or(|b| b.expiration() > late));
+            assert!(place(&g, late, u64::MAX, 3).is_none_or(|p| p.2 > late));
         }
     }
 
     #[test]
     fn queue_reports_new_earliest() {
         let g = Geometry::new(1, 20).unwrap();
-        let mut ends = Vec::new();
-        g.windows(0, &mut ends);
+        let w = Windows::new(&g, 0);
         let mut q = ExpiryQueue::default();
-        assert!(q.push(g.place(&ends, 0, 10).unwrap()));
-        assert!(!q.push(g.place(&ends, 0, 15).unwrap()));
-        assert!(q.push(g.place(&ends, 0, 5).unwrap()));
+        assert!(q.push(w.place(&g, 1, 10).unwrap()));
+        assert!(!q.push(w.place(&g, 1, 15).unwrap()));
+        assert!(q.push(w.place(&g, 1, 5).unwrap()));
         assert_eq!(q.pop_due(4), None);
         assert_eq!(q.pop_due(5).unwrap().expiration(), 5);
         assert_eq!(q.len(), 2);

@@ -119,28 +119,50 @@ impl<T> Arena<T> {
         }
     }
 
+    /// The node at index `i`.
+    ///
+    /// Every index this module dereferences is `< self.len`: indices come from `push` (fresh),
+    /// from the links of nodes (which only ever hold indices of this arena, or `NIL`, and `NIL`
+    /// is never followed), or from an [`EntryKey`] that the caller has validated with
+    /// [`Arena::is_pending`] (which checks `index < len`). Debug builds assert it on every access.
     #[inline(always)]
     fn node(&self, i: u32) -> &Node<T> {
-        &self.pages[(i >> PAGE_BITS) as usize][(i & PAGE_MASK) as usize]
+        debug_assert!(i < self.len, "node index {i} out of bounds ({})", self.len);
+        let (p, o) = ((i >> PAGE_BITS) as usize, (i & PAGE_MASK) as usize);
+        // SAFETY: `i < self.len` (see above), and nodes `0..len` are exactly the initialised
+        // elements of the pages: page `p = i / PAGE_SIZE` exists and holds more than `o` nodes,
+        // because pages fill in order and only the last one is partly filled.
+        unsafe { self.pages.get_unchecked(p).get_unchecked(o) }
     }
 
     #[inline(always)]
     fn node_mut(&mut self, i: u32) -> &mut Node<T> {
-        &mut self.pages[(i >> PAGE_BITS) as usize][(i & PAGE_MASK) as usize]
+        debug_assert!(i < self.len, "node index {i} out of bounds ({})", self.len);
+        let (p, o) = ((i >> PAGE_BITS) as usize, (i & PAGE_MASK) as usize);
+        // SAFETY: as in `node`: `i < len` means page `p` exists and holds node `o`.
+        unsafe { self.pages.get_unchecked_mut(p).get_unchecked_mut(o) }
     }
 
     /// Appends a fresh node; the arena never grows past `u32::MAX - 1` nodes.
+    #[inline(always)]
     fn push(&mut self, node: Node<T>) -> u32 {
         let i = self.len;
-        assert!(i < NIL, "timing wheel arena is full ({} nodes)", NIL);
-        if (i as usize) & (PAGE_SIZE - 1) == 0 {
-            self.pages.push(Vec::with_capacity(PAGE_SIZE));
+        match self.pages.last_mut() {
+            // Within a page the capacity was reserved up front: this push never reallocates, so
+            // growth is O(1) and never copies nodes.
+            Some(page) if page.len() < PAGE_SIZE => page.push(node),
+            _ => self.push_page(node),
         }
-        // Within a page the capacity was reserved up front: this push never reallocates, so
-        // pages never move (not needed for safety here, but it keeps growth O(1) and RSS tight).
-        self.pages.last_mut().expect("page just ensured").push(node);
         self.len += 1;
         i
+    }
+
+    #[cold]
+    fn push_page(&mut self, node: Node<T>) {
+        assert!(self.len < NIL, "timing wheel arena is full ({} nodes)", NIL);
+        let mut page = Vec::with_capacity(PAGE_SIZE);
+        page.push(node);
+        self.pages.push(page);
     }
 
     /// Creates `n` consecutive empty lists and returns the index of the first sentinel.
@@ -161,7 +183,7 @@ impl<T> Arena<T> {
     }
 
     /// Stores `value` in a new, unlinked `PENDING` node.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn alloc(&mut self, deadline: u64, value: T) -> EntryKey {
         self.pending += 1;
         let index = self.free;
@@ -205,7 +227,7 @@ impl<T> Arena<T> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn is_pending(&self, key: EntryKey) -> bool {
         key.index < self.len && self.node(key.index).stamp == key.stamp
     }
@@ -226,7 +248,7 @@ impl<T> Arena<T> {
     }
 
     /// Links the unlinked node `i` at the tail of the list headed by `sentinel`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn link_back(&mut self, sentinel: u32, i: u32) {
         debug_assert_eq!(self.node(sentinel).stamp, SENTINEL, "link_back onto a non-sentinel");
         debug_assert_eq!(self.node(i).stamp & STATE_MASK, PENDING, "linking a dead node");
@@ -239,7 +261,7 @@ impl<T> Arena<T> {
     }
 
     /// Unlinks the linked node `i` from its list, in O(1).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn unlink(&mut self, i: u32) {
         let Node { prev, next, .. } = *self.node(i);
         debug_assert!(prev != NIL && next != NIL, "unlink of an unlinked node {i}");
@@ -289,7 +311,7 @@ impl<T> Arena<T> {
     }
 
     /// Moves the value out of the unlinked `PENDING` node `i` and frees the node.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn release(&mut self, i: u32) -> T {
         let free = self.free;
         self.pending -= 1;

@@ -17,7 +17,7 @@
 //! * Levels are created lazily: level `k`'s lists exist once an entry has needed level `k` (and
 //!   then all levels below it exist too, as with Kafka's chain of overflow wheels).
 
-use crate::bucket::{Bucket, Geometry};
+use crate::bucket::{Bucket, Geometry, Windows};
 use crate::list::{Arena, EntryKey, KeyState, NIL};
 use crate::AddError;
 
@@ -35,9 +35,8 @@ pub struct Fired<T> {
 pub(crate) struct Shard<T> {
     arena: Arena<T>,
     geo: Geometry,
-    current: u64,
-    /// End of each level's window at `current` (see `Geometry::windows`).
-    ends: Vec<u64>,
+    /// The clock and each level's window at it.
+    windows: Windows,
     /// First sentinel of each created level; bucket `(k, s)` is headed by `heads[k] + s`.
     heads: Vec<u32>,
     closed: bool,
@@ -47,14 +46,10 @@ pub(crate) struct Shard<T> {
 
 impl<T> Shard<T> {
     pub(crate) fn new(geo: Geometry, start: u64) -> Self {
-        let current = geo.round_down(start);
-        let mut ends = Vec::with_capacity(geo.max_levels());
-        geo.windows(current, &mut ends);
         Shard {
             arena: Arena::new(),
+            windows: Windows::new(&geo, start),
             geo,
-            current,
-            ends,
             heads: Vec::new(),
             closed: false,
         }
@@ -62,7 +57,7 @@ impl<T> Shard<T> {
 
     #[inline]
     pub(crate) fn current(&self) -> u64 {
-        self.current
+        self.windows.current()
     }
 
     #[inline]
@@ -90,14 +85,13 @@ impl<T> Shard<T> {
     /// `advanceClock`: earlier times are ignored).
     pub(crate) fn advance_clock(&mut self, time: u64) {
         let t = self.geo.round_down(time);
-        if t > self.current {
-            self.current = t;
-            self.geo.windows(t, &mut self.ends);
+        if t > self.windows.current() {
+            self.windows.set(&self.geo, t);
         }
     }
 
     /// Sentinel of bucket `(level, slot)`, creating the level (and any below it) on first use.
-    #[inline]
+    #[inline(always)]
     fn head(&mut self, b: Bucket) -> u32 {
         let level = b.level();
         while self.heads.len() <= level {
@@ -109,12 +103,12 @@ impl<T> Shard<T> {
 
     /// Schedules `value` at `deadline`. On success returns its key and the bucket it went to
     /// (the owner queues that bucket if its marker changes).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn add(&mut self, deadline: u64, value: T) -> Result<(EntryKey, Bucket), AddError<T>> {
         if self.closed {
             return Err(AddError::Closed(value));
         }
-        let Some(b) = self.geo.place(&self.ends, self.current, deadline) else {
+        let Some(b) = self.windows.place(&self.geo, self.heads.len(), deadline) else {
             return Err(AddError::Expired(value));
         };
         let head = self.head(b);
@@ -125,7 +119,7 @@ impl<T> Shard<T> {
 
     /// Unlinks the entry and hands its value back: `None` if the key no longer names a
     /// scheduled entry (fired, cancelled, handed back, or never from this wheel).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn cancel(&mut self, key: EntryKey) -> Option<T> {
         if !self.arena.is_pending(key) {
             return None;
@@ -159,16 +153,16 @@ impl<T> Shard<T> {
             return 0;
         };
         debug_assert!(
-            self.current >= b.expiration(),
+            self.current() >= b.expiration(),
             "flush of bucket {b:?} before its time (current {})",
-            self.current
+            self.current()
         );
         let mut cur = self.arena.detach(base + b.slot() as u32);
         let mut fired = 0;
         while cur != NIL {
             let next = self.arena.next(cur);
             let deadline = self.arena.deadline(cur);
-            match self.geo.place(&self.ends, self.current, deadline) {
+            match self.windows.place(&self.geo, self.heads.len(), deadline) {
                 None => {
                     // The key's stamp is read before the release bumps the generation.
                     let key = self.key_of(cur);
@@ -235,7 +229,8 @@ impl<T> Shard<T> {
     /// expiration. Panics on a violation.
     pub(crate) fn check(&self, bucket: &mut impl FnMut(Bucket)) {
         self.arena.check_accounting();
-        assert_eq!(self.current % self.geo.tick, 0, "current time off the tick");
+        let current = self.current();
+        assert_eq!(current % self.geo.tick, 0, "current time off the tick");
         let mut linked = 0;
         for (level, &base) in self.heads.iter().enumerate() {
             let t = self.geo.ticks[level];
@@ -246,7 +241,7 @@ impl<T> Shard<T> {
                 };
                 linked += deadlines.len();
                 let x = self.geo.round_up(first) / t * t;
-                assert!(x > self.current, "bucket ({level},{slot}) at {x} overdue at {}", self.current);
+                assert!(x > current, "bucket ({level},{slot}) at {x} overdue at {current}");
                 for d in deadlines {
                     let e = self.geo.round_up(d);
                     assert!(
@@ -265,7 +260,7 @@ impl<T> Shard<T> {
 impl<T> std::fmt::Debug for Shard<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Shard")
-            .field("current", &self.current)
+            .field("current", &self.current())
             .field("len", &self.len())
             .field("levels", &self.levels())
             .field("closed", &self.closed)

@@ -96,7 +96,7 @@ impl<T> TimingWheel<T> {
     /// # Ok::<(), timing_wheel::ConfigError>(())
     /// ```
     #[doc(alias = "insert")]
-    #[inline]
+    #[inline(always)]
     pub fn add(&mut self, deadline: u64, value: T) -> Result<EntryKey, AddError<T>> {
         let (key, b) = self.shard.add(deadline, value)?;
         let size = self.shard.geometry().size as usize;
@@ -116,7 +116,7 @@ impl<T> TimingWheel<T> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[doc(alias = "remove")]
-    #[inline]
+    #[inline(always)]
     pub fn cancel(&mut self, key: EntryKey) -> Option<T> {
         self.shard.cancel(key)
     }
@@ -263,7 +263,7 @@ impl<T> TimingWheel<T> {
 }
 
 /// Queues `b` if its marker changes (Kafka: `if (bucket.setExpiration(..)) queue.offer(bucket)`).
-#[inline]
+#[inline(always)]
 fn queue_bucket(size: usize, markers: &mut [u64], queue: &mut ExpiryQueue, b: Bucket) {
     let m = &mut markers[b.level() * size + b.slot()];
     if *m != b.expiration() {

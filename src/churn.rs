@@ -1,0 +1,222 @@
+//! W1 (churn), W1x2 and W5 (scale) from BENCHMARKS.md: the cost of add and cancel with no
+//! waiting, for every implementation in the same process.
+//!
+//! One thread adds `n` tasks with `delay_i = 1 + (rand_i % range)` ms (splitmix64, seed 42),
+//! keeping the handles, then cancels the 90% with `i % 10 != 0`. Reported per phase: wall and
+//! process-CPU nanoseconds per operation. Bytes per pending task come from [`rss_probe`], run in
+//! a child process with `n` and with `0` tasks.
+#![allow(clippy::disallowed_methods)] // the benchmark measures wall time
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::time::Instant;
+
+use crate::measure::{median, process_cpu_ns};
+use crate::rng::SplitMix64;
+
+/// Something W1 can add to and cancel from.
+pub trait ChurnTarget {
+    /// What `add` returns and `cancel` takes.
+    type Handle;
+    /// Schedules task `id` to fire `delay_ms` from now.
+    fn add(&mut self, delay_ms: u64, id: u64) -> Self::Handle;
+    /// Cancels a task; true if it was pending.
+    fn cancel(&mut self, handle: &Self::Handle) -> bool;
+    /// Pending tasks (to check the run did what it claims).
+    fn len(&self) -> usize;
+}
+
+/// The implementations W1 knows, by name.
+pub const IMPLS: &[&str] = &["wheel", "concurrent-wheel", "binary-heap"];
+
+/// Per-phase figures of one W1 run.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ChurnFigures {
+    /// Wall ns per add.
+    pub add_ns: f64,
+    /// Wall ns per cancel.
+    pub cancel_ns: f64,
+    /// Process CPU ns per add (all threads).
+    pub add_cpu_ns: f64,
+    /// Process CPU ns per cancel (all threads).
+    pub cancel_cpu_ns: f64,
+}
+
+/// The delays of W1/W5: `1 + (rand_i % range_ms)`.
+pub fn delays(n: usize, range_ms: u64) -> Vec<u64> {
+    let mut rng = SplitMix64::new(42);
+    (0..n).map(|_| 1 + rng.next() % range_ms).collect()
+}
+
+/// Runs W1 once on `target`: the add phase, then the cancel phase.
+pub fn run_once<C: ChurnTarget>(target: &mut C, delays: &[u64]) -> ChurnFigures {
+    let n = delays.len();
+    let mut handles = Vec::with_capacity(n);
+    let cpu0 = process_cpu_ns();
+    let t0 = Instant::now();
+    for (i, &d) in delays.iter().enumerate() {
+        handles.push(target.add(d, i as u64));
+    }
+    let add_wall = t0.elapsed();
+    let cpu1 = process_cpu_ns();
+    assert_eq!(target.len(), n, "add phase lost tasks");
+    let t1 = Instant::now();
+    let mut cancelled = 0usize;
+    for (i, h) in handles.iter().enumerate() {
+        if i % 10 != 0 {
+            cancelled += usize::from(target.cancel(h));
+        }
+    }
+    let cancel_wall = t1.elapsed();
+    let cpu2 = process_cpu_ns();
+    let expected = n - n.div_ceil(10);
+    assert_eq!(cancelled, expected, "cancel phase missed tasks");
+    let n_cancel = expected.max(1) as f64;
+    let n = n.max(1) as f64;
+    ChurnFigures {
+        add_ns: add_wall.as_nanos() as f64 / n,
+        cancel_ns: cancel_wall.as_nanos() as f64 / n_cancel,
+        add_cpu_ns: (cpu1 - cpu0) as f64 / n,
+        cancel_cpu_ns: (cpu2 - cpu1) as f64 / n_cancel,
+    }
+}
+
+/// Runs W1 `runs` times on fresh targets from `make` and returns the per-field medians.
+pub fn run_median<C: ChurnTarget>(runs: usize, delays: &[u64], mut make: impl FnMut() -> C) -> ChurnFigures {
+    let all: Vec<ChurnFigures> = (0..runs.max(1))
+        .map(|_| {
+            let mut t = make();
+            let f = run_once(&mut t, delays);
+            drop(t);
+            f
+        })
+        .collect();
+    let m = |g: fn(&ChurnFigures) -> f64| median(&all.iter().map(g).collect::<Vec<_>>());
+    ChurnFigures {
+        add_ns: m(|f| f.add_ns),
+        cancel_ns: m(|f| f.cancel_ns),
+        add_cpu_ns: m(|f| f.add_cpu_ns),
+        cancel_cpu_ns: m(|f| f.cancel_cpu_ns),
+    }
+}
+
+// ===== targets =====
+
+/// The single-threaded `TimingWheel` at time 0 (tick 1 ms, size 20), payload = task id.
+#[derive(Debug)]
+pub struct WheelTarget(pub timing_wheel::TimingWheel<u64>);
+
+impl WheelTarget {
+    /// Kafka's configuration: tick 1 ms, wheel size 20.
+    pub fn new() -> Self {
+        WheelTarget(timing_wheel::TimingWheel::new(1, 20, 0).expect("valid config"))
+    }
+}
+
+impl Default for WheelTarget {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ChurnTarget for WheelTarget {
+    type Handle = timing_wheel::EntryKey;
+    #[inline]
+    fn add(&mut self, delay_ms: u64, id: u64) -> Self::Handle {
+        self.0.add(delay_ms, id).expect("future deadline")
+    }
+    #[inline]
+    fn cancel(&mut self, h: &Self::Handle) -> bool {
+        self.0.cancel(*h).is_some()
+    }
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+/// The sharded `ConcurrentWheel` used through `&self` (locks taken), payload = task id.
+#[derive(Debug)]
+pub struct ConcurrentWheelTarget(pub timing_wheel::ConcurrentWheel<u64>);
+
+impl ConcurrentWheelTarget {
+    /// Kafka's configuration: tick 1 ms, wheel size 20, default shards.
+    pub fn new() -> Self {
+        ConcurrentWheelTarget(timing_wheel::ConcurrentWheel::new(1, 20, 0).expect("valid config"))
+    }
+}
+
+impl Default for ConcurrentWheelTarget {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ChurnTarget for ConcurrentWheelTarget {
+    type Handle = timing_wheel::EntryHandle<u64>;
+    #[inline]
+    fn add(&mut self, delay_ms: u64, id: u64) -> Self::Handle {
+        self.0.add(delay_ms, id).expect("future deadline").handle
+    }
+    #[inline]
+    fn cancel(&mut self, h: &Self::Handle) -> bool {
+        h.cancel().is_some()
+    }
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+/// The baseline: std `BinaryHeap` of `(deadline, id)` with lazy cancel (a flag per id; the heap
+/// keeps cancelled entries until they would be popped).
+#[derive(Debug, Default)]
+pub struct HeapTarget {
+    heap: BinaryHeap<Reverse<(u64, u64)>>,
+    cancelled: Vec<bool>,
+    len: usize,
+}
+
+impl ChurnTarget for HeapTarget {
+    type Handle = u64;
+    #[inline]
+    fn add(&mut self, delay_ms: u64, id: u64) -> u64 {
+        self.heap.push(Reverse((delay_ms, id)));
+        if self.cancelled.len() <= id as usize {
+            self.cancelled.resize(id as usize + 1, false);
+        }
+        self.len += 1;
+        id
+    }
+    #[inline]
+    fn cancel(&mut self, h: &u64) -> bool {
+        let c = &mut self.cancelled[*h as usize];
+        let won = !*c;
+        *c = true;
+        self.len -= usize::from(won);
+        won
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+/// Adds `n` tasks to implementation `name` and returns the peak RSS: what the parent compares
+/// against the same probe with `n = 0` for bytes per pending task (handles included).
+pub fn rss_probe(name: &str, n: usize, range_ms: u64) -> u64 {
+    // Delays are drawn on the fly: only the structure and its handles may count.
+    fn fill<C: ChurnTarget>(mut t: C, n: usize, range_ms: u64) -> u64 {
+        let mut rng = SplitMix64::new(42);
+        let mut handles = Vec::with_capacity(n);
+        for i in 0..n {
+            handles.push(t.add(1 + rng.next() % range_ms, i as u64));
+        }
+        let peak = crate::measure::peak_rss_bytes();
+        std::hint::black_box((&handles, &t));
+        peak
+    }
+    match name {
+        "wheel" => fill(WheelTarget::new(), n, range_ms),
+        "concurrent-wheel" => fill(ConcurrentWheelTarget::new(), n, range_ms),
+        "binary-heap" => fill(HeapTarget::default(), n, range_ms),
+        other => panic!("unknown implementation {other}"),
+    }
+}

@@ -1,0 +1,122 @@
+//! Measurement helpers for the workloads: process and thread CPU time (nanoseconds, from
+//! `/proc`), peak RSS, and the machine line every report carries.
+#![allow(clippy::disallowed_methods)] // measuring wall time is this module's job
+
+use std::fs;
+use std::time::{Duration, Instant};
+
+/// CPU time of the whole process so far, in nanoseconds: the sum of every live thread's
+/// `/proc/self/task/*/schedstat` run time (exact to the nanosecond, unlike `/proc/self/stat`'s
+/// 10 ms ticks), plus what threads that have already exited used (from `/proc/self/stat`).
+pub fn process_cpu_ns() -> u64 {
+    let mut live = 0u64;
+    if let Ok(dir) = fs::read_dir("/proc/self/task") {
+        for task in dir.flatten() {
+            if let Ok(s) = fs::read_to_string(task.path().join("schedstat")) {
+                live += s.split_whitespace().next().and_then(|v| v.parse().ok()).unwrap_or(0);
+            }
+        }
+    }
+    // Threads that exited are folded into the process totals of /proc/self/stat (in ticks).
+    let stat_total = stat_cpu_ns().unwrap_or(0);
+    live.max(stat_total)
+}
+
+/// CPU time of the calling thread, in nanoseconds.
+pub fn thread_cpu_ns() -> u64 {
+    fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(0)
+}
+
+fn stat_cpu_ns() -> Option<u64> {
+    let s = fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let rest = &s[s.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    Some(ticks * 10_000_000) // USER_HZ = 100 on Linux
+}
+
+/// Peak resident set size of the process (`VmHWM`), in bytes.
+pub fn peak_rss_bytes() -> u64 {
+    status_kb("VmHWM:") * 1024
+}
+
+/// Current resident set size of the process (`VmRSS`), in bytes.
+pub fn rss_bytes() -> u64 {
+    status_kb("VmRSS:") * 1024
+}
+
+fn status_kb(field: &str) -> u64 {
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+/// `nproc`, the CPU model and the kernel: the machine line reports carry.
+pub fn machine_line() -> String {
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let model = fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1).map(|m| m.trim().to_string()))
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let kernel = fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    format!("nproc {cpus}, {model}, Linux {kernel}")
+}
+
+/// Wall time and process CPU time of a closure.
+pub fn timed<R>(f: impl FnOnce() -> R) -> (R, Duration, u64) {
+    let cpu0 = process_cpu_ns();
+    let t0 = Instant::now();
+    let r = f();
+    let wall = t0.elapsed();
+    (r, wall, process_cpu_ns().saturating_sub(cpu0))
+}
+
+/// The median of a list of samples (the mean of the middle two for an even count).
+pub fn median(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_time_grows_with_work() {
+        let a = process_cpu_ns();
+        let mut x = 0u64;
+        for i in 0..20_000_000u64 {
+            x = x.wrapping_mul(31).wrapping_add(i);
+        }
+        std::hint::black_box(x);
+        assert!(process_cpu_ns() > a);
+        assert!(thread_cpu_ns() > 0);
+        assert!(peak_rss_bytes() >= rss_bytes() / 2 && rss_bytes() > 0);
+    }
+
+    #[test]
+    fn median_of_odd_and_even() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+    }
+}
