@@ -38,7 +38,7 @@ use std::fmt;
 use crate::bucket::{Bucket, ExpiryQueue, Geometry, NOT_QUEUED};
 use crate::list::{EntryKey, KeyState};
 use crate::shard::{Fired, Shard};
-use crate::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use crate::sync::{thread_hint, Arc, Mutex, MutexGuard};
 use crate::{AddError, ConfigError};
 
@@ -91,9 +91,20 @@ pub struct ConcurrentWheel<T> {
 
 /// The handle of one scheduled entry of a [`ConcurrentWheel`]: cancel it or ask about it from
 /// any thread. Dropping the handle does not cancel the entry.
+///
+/// The entry ends exactly one way, and the handle tells which: [`is_cancelled`] (a
+/// [`cancel`](Self::cancel) through this handle won), [`is_fired`] (an advance took it out) or
+/// [`is_handed_back`] (a close took it out). All three are false while it is pending.
+///
+/// [`is_cancelled`]: Self::is_cancelled
+/// [`is_fired`]: Self::is_fired
+/// [`is_handed_back`]: Self::is_handed_back
 pub struct EntryHandle<T> {
     cell: Arc<ShardCell<T>>,
     key: EntryKey,
+    /// Set, under the shard lock, by the cancel that wins. The handle is the only way to cancel
+    /// an entry, so "gone and not cancelled by this handle" means "fired".
+    cancelled: AtomicBool,
 }
 
 /// The result of a successful [`ConcurrentWheel::add`].
@@ -234,6 +245,7 @@ impl<T> ConcurrentWheel<T> {
             handle: EntryHandle {
                 cell: Arc::clone(cell),
                 key,
+                cancelled: AtomicBool::new(false),
             },
             queued,
             earliest,
@@ -487,6 +499,7 @@ impl<T> EntryHandle<T> {
         let value = shard.cancel(self.key);
         if value.is_some() {
             self.cell.len.store(shard.len(), Ordering::Relaxed);
+            self.cancelled.store(true, Ordering::Relaxed);
         }
         value
     }
@@ -494,6 +507,28 @@ impl<T> EntryHandle<T> {
     /// True while the entry is scheduled.
     pub fn is_pending(&self) -> bool {
         self.cell.shard.lock().key_state(self.key) == KeyState::Pending
+    }
+
+    /// True once a [`cancel`](Self::cancel) through this handle has won.
+    pub fn is_cancelled(&self) -> bool {
+        let _shard = self.cell.shard.lock();
+        self.cancelled.load(Ordering::Relaxed)
+    }
+
+    /// True once an advance has taken the entry out because its deadline was reached.
+    ///
+    /// ```
+    /// let wheel = timing_wheel::ConcurrentWheel::new(1, 20, 0)?;
+    /// let (a, b) = (wheel.add(5, 'a').unwrap().handle, wheel.add(5, 'b').unwrap().handle);
+    /// b.cancel();
+    /// wheel.lock().advance(5, |_| {});
+    /// assert!(a.is_fired() && !a.is_cancelled());
+    /// assert!(!b.is_fired() && b.is_cancelled());
+    /// # Ok::<(), timing_wheel::ConfigError>(())
+    /// ```
+    pub fn is_fired(&self) -> bool {
+        let shard = self.cell.shard.lock();
+        shard.key_state(self.key) == KeyState::Gone && !self.cancelled.load(Ordering::Relaxed)
     }
 
     /// True if a close of the wheel took the entry out before it fired or was cancelled.
