@@ -1,2 +1,59 @@
-//! The reaper-driven timer (see the system-timer issue).
-#![warn(missing_docs)]
+//! A timer people use: schedule millions of cancellable tasks from any thread; each runs once its
+//! deadline is reached, never before; cancel is O(1) and frees the task at once. Built on the
+//! Kafka-style hierarchical wheel of the `timing-wheel` crate, driven by a reaper thread that
+//! sleeps until the next bucket is due, with tasks run on executor threads.
+//!
+//! # Hello, world!
+//!
+//! ```
+//! use std::sync::mpsc;
+//! use std::time::Duration;
+//! use system_timer::SystemTimer;
+//!
+//! let timer = SystemTimer::new(); // tick 1 ms, wheel size 20 (Kafka's defaults)
+//! let (tx, rx) = mpsc::channel();
+//! timer.add(Duration::from_millis(10), move || tx.send("hello, world").unwrap())?;
+//! assert_eq!(rx.recv_timeout(Duration::from_secs(10))?, "hello, world");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Where it goes beyond Kafka's `SystemTimer`
+//!
+//! * **Never early.** Deadlines are kept in nanoseconds and rounded up to the tick; Kafka
+//!   truncates to whole ms and can fire up to a tick early.
+//! * **No overflow.** `Duration::MAX` saturates to "never"; Kafka's `Long.MAX_VALUE` fires at once.
+//! * **Deterministic time.** Every read goes through a [`Clock`]; the whole timer, reaper
+//!   included, runs on a [`ManualClock`] in tests.
+//! * **Cancel means never runs.** `cancel()` returns true only if it removed the task; the task
+//!   is freed at once (no zombie entry) and `len()` is exact.
+//! * **Idle is free.** The reaper sleeps until the next bucket is due (no 200 ms poll), and is
+//!   woken at once by an earlier add or by shutdown.
+//! * **Nothing is lost.** Task panics are caught and counted; shutdown joins every thread and
+//!   hands back every task that neither ran nor was cancelled; scheduling after shutdown (or past
+//!   the optional cap) returns the task in the error.
+//!
+//! # Implementation
+//!
+//! Adds take one shard lock of the wheel (the sharded read side of Kafka's read–write lock), so
+//! threads add in parallel; the reaper takes every shard lock (the write side) to advance the
+//! wheel and collect due tasks, releases them, and only then dispatches. See the ground rules at
+//! the top of `timer.rs` and `reaper.rs`.
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
+#![cfg_attr(loom, allow(dead_code))]
+
+mod clock;
+mod error;
+mod handle;
+#[cfg(not(loom))]
+mod reaper;
+mod stats;
+mod sync;
+mod task;
+mod timer;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use error::{BuildError, ScheduleError};
+pub use handle::TimerHandle;
+pub use stats::{Lateness, TimerStats};
+pub use task::{Task, TimerTask};
+pub use timer::{Builder, SystemTimer};

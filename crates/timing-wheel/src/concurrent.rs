@@ -37,7 +37,7 @@ use std::fmt;
 
 use crate::bucket::{Bucket, ExpiryQueue, Geometry, NOT_QUEUED};
 use crate::list::{EntryKey, KeyState};
-use crate::shard::{Fired, Shard};
+use crate::shard::{Fired, Shard, WheelCounts};
 use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use crate::sync::{thread_hint, Arc, Mutex, MutexGuard};
 use crate::{AddError, ConfigError};
@@ -304,6 +304,27 @@ impl<T> ConcurrentWheel<T> {
         self.len() == 0
     }
 
+    /// What happened to the wheel's entries so far, summed over the shards (each shard's lock is
+    /// taken in turn, briefly; not a consistent cut across shards while others add).
+    ///
+    /// ```
+    /// let wheel = timing_wheel::ConcurrentWheel::new(1, 20, 0)?;
+    /// let h = wheel.add(5, ()).unwrap().handle;
+    /// wheel.add(6, ()).unwrap();
+    /// h.cancel();
+    /// wheel.lock().advance(10, |_| {});
+    /// let c = wheel.counts();
+    /// assert_eq!((c.added, c.cancelled, c.fired, c.handed_back), (2, 1, 1, 0));
+    /// # Ok::<(), timing_wheel::ConfigError>(())
+    /// ```
+    pub fn counts(&self) -> WheelCounts {
+        let mut total = WheelCounts::default();
+        for cell in self.shards.iter() {
+            total += cell.shard.lock().counts();
+        }
+        total
+    }
+
     /// Number of shards.
     pub fn shards(&self) -> usize {
         self.shards.len()
@@ -443,6 +464,15 @@ impl<T> WheelGuard<'_, T> {
     /// True when no entry is pending.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// What happened to the wheel's entries so far (exact: computed under the locks).
+    pub fn counts(&self) -> WheelCounts {
+        let mut total = WheelCounts::default();
+        for s in &self.shards {
+            total += s.counts();
+        }
+        total
     }
 
     /// Levels created so far (the most any shard has).

@@ -74,5 +74,5 @@ pub use bucket::{Bucket, MAX_WHEEL_SIZE};
 pub use concurrent::{Added, ConcurrentWheel, EntryHandle, WheelGuard, MAX_SHARDS};
 pub use error::{AddError, ConfigError};
 pub use list::EntryKey;
-pub use shard::Fired;
+pub use shard::{Fired, WheelCounts};
 pub use wheel::TimingWheel;

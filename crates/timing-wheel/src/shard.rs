@@ -40,6 +40,30 @@ pub(crate) struct Shard<T> {
     /// First sentinel of each created level; bucket `(k, s)` is headed by `heads[k] + s`.
     heads: Vec<u32>,
     closed: bool,
+    counts: WheelCounts,
+}
+
+/// Running totals of what happened to a wheel's entries. Every entry added ends exactly one way,
+/// so `added == len + fired + cancelled + handed_back`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WheelCounts {
+    /// Entries scheduled.
+    pub added: u64,
+    /// Entries taken out by an advance because their deadline was reached.
+    pub fired: u64,
+    /// Entries cancelled.
+    pub cancelled: u64,
+    /// Entries handed back by a close.
+    pub handed_back: u64,
+}
+
+impl std::ops::AddAssign for WheelCounts {
+    fn add_assign(&mut self, o: Self) {
+        self.added += o.added;
+        self.fired += o.fired;
+        self.cancelled += o.cancelled;
+        self.handed_back += o.handed_back;
+    }
 }
 
 // ===== impl Shard =====
@@ -52,6 +76,7 @@ impl<T> Shard<T> {
             geo,
             heads: Vec::new(),
             closed: false,
+            counts: WheelCounts::default(),
         }
     }
 
@@ -67,6 +92,10 @@ impl<T> Shard<T> {
 
     pub(crate) fn levels(&self) -> usize {
         self.heads.len()
+    }
+
+    pub(crate) fn counts(&self) -> WheelCounts {
+        self.counts
     }
 
     pub(crate) fn is_closed(&self) -> bool {
@@ -114,6 +143,7 @@ impl<T> Shard<T> {
         let head = self.head(b);
         let key = self.arena.alloc(deadline, value);
         self.arena.link_back(head, key.index);
+        self.counts.added += 1;
         Ok((key, b))
     }
 
@@ -125,6 +155,7 @@ impl<T> Shard<T> {
             return None;
         }
         self.arena.unlink(key.index);
+        self.counts.cancelled += 1;
         Some(self.arena.release(key.index))
     }
 
@@ -179,6 +210,7 @@ impl<T> Shard<T> {
             }
             cur = next;
         }
+        self.counts.fired += fired as u64;
         fired
     }
 
@@ -217,6 +249,7 @@ impl<T> Shard<T> {
                     let next = self.arena.next(cur);
                     let key = self.key_of(cur);
                     let deadline = self.arena.deadline(cur);
+                    self.counts.handed_back += 1;
                     f(key, deadline, self.arena.hand_back(cur));
                     cur = next;
                 }
@@ -254,6 +287,12 @@ impl<T> Shard<T> {
             }
         }
         assert_eq!(linked, self.arena.pending(), "entries not linked into any bucket");
+        let c = self.counts;
+        assert_eq!(
+            c.added,
+            self.len() as u64 + c.fired + c.cancelled + c.handed_back,
+            "entry counts do not reconcile: {c:?}"
+        );
     }
 }
 

@@ -4,7 +4,7 @@ use std::fmt;
 
 use crate::bucket::{Bucket, ExpiryQueue, Geometry, NOT_QUEUED};
 use crate::list::{EntryKey, KeyState};
-use crate::shard::{Fired, Shard};
+use crate::shard::{Fired, Shard, WheelCounts};
 use crate::{AddError, ConfigError};
 
 /// A hierarchical timing wheel for one thread, driven by a caller-supplied `now` (an engine's own
@@ -236,6 +236,11 @@ impl<T> TimingWheel<T> {
     /// Buckets in the expiry queue.
     pub fn queued_buckets(&self) -> usize {
         self.queue.len()
+    }
+
+    /// What happened to the wheel's entries so far.
+    pub fn counts(&self) -> WheelCounts {
+        self.shard.counts()
     }
 
     /// Bytes reserved for entry storage (whole arena pages). Freed entries are reused before

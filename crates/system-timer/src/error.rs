@@ -1,0 +1,95 @@
+//! Errors. Each error that carries a task hands it back ([`ScheduleError::into_inner`]), and its
+//! `Debug` does not require `T: Debug` (as crossbeam-channel's `SendError<T>`).
+
+use std::fmt;
+
+/// Why a task was not scheduled. The task is handed back, never dropped.
+#[derive(PartialEq, Eq)]
+pub enum ScheduleError<T> {
+    /// The timer has been shut down.
+    Shutdown(T),
+    /// The timer already holds its configured maximum of pending tasks
+    /// ([`Builder::max_pending`](crate::Builder::max_pending)).
+    Full(T),
+}
+
+impl<T> ScheduleError<T> {
+    /// The task that was not scheduled.
+    pub fn into_inner(self) -> T {
+        match self {
+            ScheduleError::Shutdown(t) | ScheduleError::Full(t) => t,
+        }
+    }
+
+    /// True if the timer was shut down.
+    pub fn is_shutdown(&self) -> bool {
+        matches!(self, ScheduleError::Shutdown(_))
+    }
+
+    /// True if the pending cap was reached.
+    pub fn is_full(&self) -> bool {
+        matches!(self, ScheduleError::Full(_))
+    }
+}
+
+impl<T> fmt::Debug for ScheduleError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ScheduleError::Shutdown(_) => f.write_str("Shutdown(..)"),
+            ScheduleError::Full(_) => f.write_str("Full(..)"),
+        }
+    }
+}
+
+impl<T> fmt::Display for ScheduleError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ScheduleError::Shutdown(_) => f.write_str("timer is shut down"),
+            ScheduleError::Full(_) => f.write_str("timer is full (max_pending reached)"),
+        }
+    }
+}
+
+impl<T> std::error::Error for ScheduleError<T> {}
+
+/// Why a timer could not be built.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// The tick is zero, or below one nanosecond.
+    ZeroTick,
+    /// The wheel was rejected (wheel size out of range, or span overflow).
+    Wheel(timing_wheel::ConfigError),
+    /// Executor mode with zero threads (use [`Builder::inline`](crate::Builder::inline) to run
+    /// tasks on the advancing thread instead).
+    NoExecutorThreads,
+    /// A thread could not be spawned.
+    Spawn(String),
+    /// Under `--cfg loom`, timers must be built with `.reaper(false)` and `.inline()`: loom cannot
+    /// model real time or blocking threads.
+    LoomNeedsManualDriving,
+}
+
+impl fmt::Display for BuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BuildError::ZeroTick => f.write_str("timer tick must be at least 1 ns"),
+            BuildError::Wheel(e) => write!(f, "{e}"),
+            BuildError::NoExecutorThreads => {
+                f.write_str("executor needs at least 1 thread (or use .inline())")
+            }
+            BuildError::Spawn(e) => write!(f, "could not spawn a timer thread: {e}"),
+            BuildError::LoomNeedsManualDriving => {
+                f.write_str("under loom, build timers with .reaper(false) and .inline()")
+            }
+        }
+    }
+}
+
+impl std::error::Error for BuildError {}
+
+impl From<timing_wheel::ConfigError> for BuildError {
+    fn from(e: timing_wheel::ConfigError) -> Self {
+        BuildError::Wheel(e)
+    }
+}

@@ -1,0 +1,116 @@
+//! [`TimerHandle`]: cancel a scheduled task, or ask what became of it.
+
+use std::fmt;
+use std::time::Duration;
+
+use timing_wheel::EntryHandle;
+
+use crate::sync::atomic::Ordering;
+use crate::sync::Arc;
+use crate::timer::Cap;
+
+/// The handle of a scheduled task. Cancel it in O(1) from any thread; dropping the handle does
+/// **not** cancel the task (fire-and-forget is the common case).
+///
+/// The task ends exactly one way, and the handle tells which: [`is_cancelled`] (this handle's
+/// [`cancel`] won: the task never runs), [`is_fired`] (the timer took it out to run),
+/// [`is_handed_back`] (shutdown returned it).
+///
+/// [`cancel`]: TimerHandle::cancel
+/// [`is_cancelled`]: TimerHandle::is_cancelled
+/// [`is_fired`]: TimerHandle::is_fired
+/// [`is_handed_back`]: TimerHandle::is_handed_back
+pub struct TimerHandle<T> {
+    /// `None` for a task that was already due when added (dispatched at once).
+    entry: Option<EntryHandle<T>>,
+    deadline_ns: u64,
+    cap: Option<Arc<Cap>>,
+}
+
+impl<T> TimerHandle<T> {
+    pub(crate) fn new(entry: Option<EntryHandle<T>>, deadline_ns: u64, cap: Option<Arc<Cap>>) -> Self {
+        TimerHandle {
+            entry,
+            deadline_ns,
+            cap,
+        }
+    }
+
+    /// Cancels the task: O(1), from any thread. Returns true if this call won: the task was
+    /// pending, is removed from the timer at once (its memory released) and will never run.
+    /// False if it already started or was dispatched to run, was cancelled before, or was
+    /// handed back by a shutdown.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let timer = system_timer::SystemTimer::new();
+    /// let h = timer.add(Duration::from_secs(60), || unreachable!())?;
+    /// assert!(h.cancel());
+    /// assert!(!h.cancel());
+    /// assert!(h.is_cancelled() && timer.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn cancel(&self) -> bool {
+        let Some(entry) = &self.entry else {
+            return false;
+        };
+        match entry.cancel() {
+            Some(task) => {
+                // Dropped here, after the wheel's lock was released.
+                drop(task);
+                if let Some(cap) = &self.cap {
+                    cap.used.fetch_sub(1, Ordering::AcqRel);
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// True once this handle's [`cancel`](Self::cancel) has won.
+    pub fn is_cancelled(&self) -> bool {
+        self.entry.as_ref().is_some_and(EntryHandle::is_cancelled)
+    }
+
+    /// True once the timer took the task out to run (it has run, is running, or is queued for an
+    /// executor; a shutdown may still hand back a queued one).
+    pub fn is_fired(&self) -> bool {
+        self.entry.as_ref().is_none_or(EntryHandle::is_fired)
+    }
+
+    /// True if a shutdown handed the task back before it was due.
+    pub fn is_handed_back(&self) -> bool {
+        self.entry.as_ref().is_some_and(EntryHandle::is_handed_back)
+    }
+
+    /// True while the task waits in the timer for its deadline.
+    pub fn is_pending(&self) -> bool {
+        self.entry.as_ref().is_some_and(EntryHandle::is_pending)
+    }
+
+    /// The deadline, as time since the timer's clock epoch (exact, before rounding to the tick).
+    pub fn deadline(&self) -> Duration {
+        Duration::from_nanos(self.deadline_ns)
+    }
+
+    /// The deadline in nanoseconds on the timer's clock.
+    pub fn deadline_ns(&self) -> u64 {
+        self.deadline_ns
+    }
+
+    /// The deadline in whole milliseconds on the timer's clock, rounded up: the task never runs
+    /// while the clock's `now_ms()` is below it.
+    pub fn deadline_ms(&self) -> u64 {
+        self.deadline_ns.div_ceil(1_000_000)
+    }
+}
+
+impl<T> fmt::Debug for TimerHandle<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TimerHandle")
+            .field("deadline_ns", &self.deadline_ns)
+            .field("pending", &self.is_pending())
+            .finish()
+    }
+}

@@ -1,0 +1,199 @@
+//! The only code that blocks: the reaper thread, the executor threads, and the blocking
+//! [`advance_clock`]. Compiled out under loom (models drive the timer with `advance_to`).
+//!
+//! # The reaper's sleep
+//!
+//! The reaper sleeps until the earliest queued bucket is due, and no longer: on the system clock
+//! for exactly that long, on a manual clock until the clock is moved. It is woken early by
+//!
+//! * an add that queued a bucket earlier than every other (the wheel reports it: `earliest`),
+//! * a task that was already due when added, in inline mode,
+//! * shutdown.
+//!
+//! Lost wake-ups are impossible because the [`Parker`] keeps a permit: an `unpark` that lands
+//! between the reaper's look at the queue and its `park` makes that `park` return at once. With
+//! nothing queued the reaper sleeps without a timeout: zero wake-ups while idle.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Duration;
+
+use crossbeam_channel::Receiver;
+
+use crate::sync::atomic::Ordering;
+use crate::sync::thread::{spawn_named, JoinHandle};
+use crate::sync::{Arc, Condvar, Mutex, Weak};
+use crate::task::TimerTask;
+use crate::timer::{Inner, Job};
+
+/// A permit-based parker: `unpark` before `park` makes `park` return at once.
+#[derive(Debug, Default)]
+pub(crate) struct Parker {
+    notified: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Parker {
+    pub(crate) fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sleeps until unparked, or for at most `timeout` if given; consumes the permit.
+    pub(crate) fn park(&self, timeout: Option<Duration>) {
+        let mut n = self.notified.lock();
+        if !*n {
+            match timeout {
+                Some(d) if d.is_zero() => {}
+                Some(d) => self.cv.wait_for(&mut n, d),
+                None => self.cv.wait(&mut n),
+            }
+        }
+        *n = false;
+    }
+
+    pub(crate) fn unpark(&self) {
+        *self.notified.lock() = true;
+        self.cv.notify_one();
+    }
+}
+
+/// The threads of one timer, joined by shutdown.
+#[derive(Default)]
+pub(crate) struct Threads {
+    reaper: Option<JoinHandle<()>>,
+    executors: Vec<JoinHandle<()>>,
+    /// Keeps the clock's weak reference to the parker's waker alive while the timer lives.
+    waker: Option<Arc<dyn Fn() + Send + Sync>>,
+}
+
+impl std::fmt::Debug for Threads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Threads")
+            .field("reaper", &self.reaper.is_some())
+            .field("executors", &self.executors.len())
+            .finish()
+    }
+}
+
+impl Threads {
+    /// Wakes the reaper (shutdown has set `stopping`) and joins it.
+    pub(crate) fn stop_reaper<T: TimerTask>(&mut self, inner: &Inner<T>) {
+        inner.parker.unpark();
+        if let Some(r) = self.reaper.take() {
+            // The reaper catches task panics itself; a join error would be a bug of ours, and
+            // shutdown must go on regardless.
+            let _ = r.join();
+        }
+    }
+
+    /// Joins the executors (shutdown has closed the channel's sender).
+    pub(crate) fn join_executors(&mut self) {
+        for e in self.executors.drain(..) {
+            let _ = e.join();
+        }
+        self.waker = None;
+    }
+}
+
+/// Starts the reaper (if asked) and the executors (unless inline), and subscribes the parker to
+/// the clock so that a manual clock wakes sleepers when it moves.
+pub(crate) fn start<T: TimerTask>(
+    inner: &Arc<Inner<T>>,
+    reaper: bool,
+    executors: usize,
+    receiver: Option<Receiver<Job<T>>>,
+) -> std::io::Result<Threads> {
+    let mut threads = Threads::default();
+    let parker = Arc::clone(&inner.parker);
+    let waker: Arc<dyn Fn() + Send + Sync> = Arc::new(move || parker.unpark());
+    inner.clock.subscribe(Arc::downgrade(&waker) as Weak<dyn Fn() + Send + Sync>);
+    threads.waker = Some(waker);
+    if let Some(rx) = receiver {
+        for i in 0..executors {
+            let (inner2, rx) = (Arc::clone(inner), rx.clone());
+            let t = spawn_named(format!("{}-executor-{i}", inner.name), move || executor_loop(&inner2, &rx));
+            match t {
+                Ok(t) => threads.executors.push(t),
+                Err(e) => return Err(abort_start(inner, threads, e)),
+            }
+        }
+    }
+    if reaper {
+        let inner2 = Arc::clone(inner);
+        let name = format!("{}-reaper", inner.name);
+        match spawn_named(name, move || reaper_loop(&inner2)) {
+            Ok(t) => threads.reaper = Some(t),
+            Err(e) => return Err(abort_start(inner, threads, e)),
+        }
+    }
+    Ok(threads)
+}
+
+/// A spawn failed half-way: stop and join whatever was started, so no thread outlives the
+/// failed build, and report the error.
+fn abort_start<T: TimerTask>(inner: &Inner<T>, mut threads: Threads, e: std::io::Error) -> std::io::Error {
+    inner.stopping.store(true, Ordering::Release);
+    *inner.dispatch.lock() = crate::timer::Dispatch::Closed;
+    threads.stop_reaper(inner);
+    threads.join_executors();
+    e
+}
+
+fn reaper_loop<T: TimerTask>(inner: &Inner<T>) {
+    loop {
+        if inner.stopping.load(Ordering::Acquire) {
+            return;
+        }
+        let now = inner.clock.now_ns();
+        let next = inner.wheel.next_expiration();
+        if next.is_some_and(|x| x <= now) || has_ready(inner) {
+            // advance_to_ns never lets a task panic escape (run_job catches it); the guard here
+            // keeps the reaper alive even if our own code had a bug.
+            let _ = catch_unwind(AssertUnwindSafe(|| inner.advance_to_ns(now)));
+            continue;
+        }
+        let timeout = next.and_then(|x| inner.clock.sleep_for(x));
+        inner.parker.park(timeout);
+        inner.stats.wakeups.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+fn has_ready<T: TimerTask>(inner: &Inner<T>) -> bool {
+    inner.inline
+        && matches!(&*inner.dispatch.lock(), crate::timer::Dispatch::Inline(v) if !v.is_empty())
+}
+
+fn executor_loop<T: TimerTask>(inner: &Inner<T>, rx: &Receiver<Job<T>>) {
+    while let Ok(job) = rx.recv() {
+        if inner.stopping.load(Ordering::Acquire) {
+            inner.stats.returned.fetch_add(1, Ordering::Relaxed);
+            inner.returned.lock().push(job.task);
+            continue;
+        }
+        inner.run_job(job);
+    }
+}
+
+/// Kafka's `advanceClock(timeout)`: wait (up to `timeout` on the timer's clock) for the earliest
+/// bucket, then advance. True if a task was dispatched.
+pub(crate) fn advance_clock<T: TimerTask>(inner: &Inner<T>, timeout: Duration) -> bool {
+    let start = inner.clock.now_ns();
+    let limit = start.saturating_add(u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX));
+    loop {
+        if inner.stopping.load(Ordering::Acquire) {
+            return false;
+        }
+        let now = inner.clock.now_ns();
+        let next = inner.wheel.next_expiration();
+        if next.is_some_and(|x| x <= now) || has_ready(inner) {
+            if inner.advance_to_ns(now) > 0 {
+                return true;
+            }
+            continue;
+        }
+        if now >= limit {
+            return false;
+        }
+        let wake_at = next.map_or(limit, |x| x.min(limit));
+        inner.parker.park(inner.clock.sleep_for(wake_at));
+    }
+}

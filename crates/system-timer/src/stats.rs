@@ -1,0 +1,219 @@
+//! Counters and the lateness distribution, readable at any time.
+
+use std::fmt;
+
+use crate::sync::atomic::{AtomicU64, Ordering};
+
+/// Sub-buckets per power of two in the lateness histogram (3 bits: at most 12.5 % error).
+const SUB_BITS: u32 = 3;
+const SUB: usize = 1 << SUB_BITS;
+/// Buckets: exact values below `SUB`, then `SUB` per power of two up to 2^64.
+const BUCKETS: usize = SUB + (64 - SUB_BITS as usize) * SUB;
+
+/// A log-linear histogram of nanosecond values with atomic buckets: recording is one relaxed
+/// `fetch_add` on a bucket (plus the count, sum and max), and any thread can read it.
+pub(crate) struct Histogram {
+    buckets: Box<[AtomicU64]>,
+    count: AtomicU64,
+    sum: AtomicU64,
+    max: AtomicU64,
+}
+
+impl Histogram {
+    pub(crate) fn new() -> Self {
+        Histogram {
+            buckets: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+            count: AtomicU64::new(0),
+            sum: AtomicU64::new(0),
+            max: AtomicU64::new(0),
+        }
+    }
+
+    fn index(v: u64) -> usize {
+        if v < SUB as u64 {
+            return v as usize;
+        }
+        let e = 63 - v.leading_zeros(); // floor(log2 v) >= SUB_BITS
+        let sub = (v >> (e - SUB_BITS)) as usize - SUB;
+        SUB + (e - SUB_BITS) as usize * SUB + sub
+    }
+
+    /// The largest value that falls in bucket `i`.
+    fn upper(i: usize) -> u64 {
+        if i < SUB {
+            return i as u64;
+        }
+        let e = (i - SUB) / SUB + SUB_BITS as usize;
+        let sub = ((i - SUB) % SUB + SUB) as u64;
+        // Values v with v >> (e - SUB_BITS) == sub, i.e. [sub << s, ((sub + 1) << s) - 1].
+        let s = e as u32 - SUB_BITS;
+        ((sub + 1) << s).wrapping_sub(1).max(sub << s)
+    }
+
+    #[inline]
+    pub(crate) fn record(&self, v: u64) {
+        self.buckets[Self::index(v)].fetch_add(1, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum.fetch_add(v, Ordering::Relaxed);
+        self.max.fetch_max(v, Ordering::Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self) -> Lateness {
+        let counts: Vec<u64> = self.buckets.iter().map(|b| b.load(Ordering::Relaxed)).collect();
+        let total: u64 = counts.iter().sum();
+        let max = self.max.load(Ordering::Relaxed);
+        let q = |q: f64| -> u64 {
+            if total == 0 {
+                return 0;
+            }
+            let rank = ((q * total as f64).ceil() as u64).clamp(1, total);
+            let mut seen = 0;
+            for (i, &c) in counts.iter().enumerate() {
+                seen += c;
+                if seen >= rank {
+                    return Self::upper(i).min(max);
+                }
+            }
+            max
+        };
+        Lateness {
+            count: total,
+            mean_ns: if total == 0 { 0 } else { self.sum.load(Ordering::Relaxed) / total },
+            p50_ns: q(0.50),
+            p99_ns: q(0.99),
+            p999_ns: q(0.999),
+            max_ns: max,
+        }
+    }
+}
+
+impl fmt::Debug for Histogram {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.snapshot().fmt(f)
+    }
+}
+
+/// How late tasks started, measured from their exact deadline to the moment a runner picked
+/// them up (on the timer's clock). Percentiles are upper bounds of log-linear buckets (within
+/// 12.5 %), never above the true maximum.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Lateness {
+    /// Tasks measured.
+    pub count: u64,
+    /// Mean, ns.
+    pub mean_ns: u64,
+    /// Median, ns.
+    pub p50_ns: u64,
+    /// 99th percentile, ns.
+    pub p99_ns: u64,
+    /// 99.9th percentile, ns.
+    pub p999_ns: u64,
+    /// Maximum, ns.
+    pub max_ns: u64,
+}
+
+/// A snapshot of a timer's counters ([`SystemTimer::stats`](crate::SystemTimer::stats)).
+///
+/// Every scheduled task ends exactly one way, so once the timer is quiet:
+/// `scheduled == fired + cancelled + handed_back + pending`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TimerStats {
+    /// Tasks accepted by `add` / `add_at`.
+    pub scheduled: u64,
+    /// Tasks that started running.
+    pub fired: u64,
+    /// Tasks whose handle's `cancel` won.
+    pub cancelled: u64,
+    /// Tasks that panicked (counted in `fired` too).
+    pub panicked: u64,
+    /// Tasks handed back by `shutdown` without running.
+    pub handed_back: u64,
+    /// Tasks scheduled and not yet started, cancelled or handed back (what `len()` says).
+    pub pending: u64,
+    /// Buckets in the expiry queue.
+    pub queued_buckets: usize,
+    /// Wheel levels created so far.
+    pub levels: usize,
+    /// Times the reaper thread woke from a sleep.
+    pub reaper_wakeups: u64,
+    /// How late tasks started.
+    pub lateness: Lateness,
+}
+
+/// The timer's own counters (the wheel counts adds, cancels and fires itself).
+#[derive(Debug)]
+pub(crate) struct Counters {
+    /// Tasks already due when added, sent to run at once.
+    pub(crate) immediate: AtomicU64,
+    /// Tasks handed to a runner (executor channel or inline list), from the wheel or immediate.
+    pub(crate) dispatched: AtomicU64,
+    /// Tasks that started running.
+    pub(crate) started: AtomicU64,
+    pub(crate) panicked: AtomicU64,
+    /// Dispatched tasks handed back at shutdown instead of running.
+    pub(crate) returned: AtomicU64,
+    pub(crate) wakeups: AtomicU64,
+    pub(crate) lateness: Histogram,
+}
+
+impl Counters {
+    pub(crate) fn new() -> Self {
+        Counters {
+            immediate: AtomicU64::new(0),
+            dispatched: AtomicU64::new(0),
+            started: AtomicU64::new(0),
+            panicked: AtomicU64::new(0),
+            returned: AtomicU64::new(0),
+            wakeups: AtomicU64::new(0),
+            lateness: Histogram::new(),
+        }
+    }
+
+    /// Dispatched but neither started nor handed back.
+    pub(crate) fn in_flight(&self) -> u64 {
+        let d = self.dispatched.load(Ordering::Acquire);
+        let s = self.started.load(Ordering::Acquire);
+        let r = self.returned.load(Ordering::Acquire);
+        d.saturating_sub(s + r)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_cover_every_value_and_bound_it() {
+        let mut prev_upper = None;
+        for i in 0..BUCKETS {
+            let up = Histogram::upper(i);
+            if let Some(p) = prev_upper {
+                assert!(up > p, "bucket {i} upper {up} not above {p}");
+            }
+            prev_upper = Some(up);
+        }
+        for v in [0, 1, 7, 8, 9, 15, 16, 1000, 1 << 20, 123_456_789, u64::MAX / 3, u64::MAX] {
+            let i = Histogram::index(v);
+            assert!(v <= Histogram::upper(i), "{v} above its bucket {i}");
+            if i > 0 {
+                assert!(v > Histogram::upper(i - 1), "{v} belongs to an earlier bucket");
+            }
+            assert!(Histogram::upper(i) - v <= v / 8 + 1, "{v}: bucket too wide");
+        }
+    }
+
+    #[test]
+    fn percentiles_of_a_known_distribution() {
+        let h = Histogram::new();
+        for v in 1..=1000u64 {
+            h.record(v * 1000);
+        }
+        let s = h.snapshot();
+        assert_eq!(s.count, 1000);
+        assert_eq!(s.max_ns, 1_000_000);
+        assert!((500_000..=563_000).contains(&s.p50_ns), "p50 {}", s.p50_ns);
+        assert!((990_000..=1_000_000).contains(&s.p99_ns), "p99 {}", s.p99_ns);
+        assert_eq!(s.mean_ns, 500_500);
+        assert_eq!(Histogram::new().snapshot(), Lateness::default());
+    }
+}

@@ -1,0 +1,92 @@
+//! Synchronisation shim: parking_lot + std normally, loom under `--cfg loom`.
+//!
+//! The only module of the crate that names `parking_lot`, `std::sync`, `std::thread` or `loom`
+//! (`clippy.toml` bans them elsewhere). Both halves expose the same surface, except the blocking
+//! pieces (`Condvar`, `thread`) that only the reaper and executor use: those are compiled out
+//! under loom, where models drive the timer by hand.
+#![allow(dead_code, unused_imports, clippy::disallowed_types, clippy::disallowed_methods)]
+
+#[cfg(not(loom))]
+mod imp {
+    pub(crate) use std::hint;
+    pub(crate) use std::sync::{atomic, Arc, Weak};
+
+    pub(crate) type MutexGuard<'a, T> = parking_lot::MutexGuard<'a, T>;
+
+    /// A mutex with parking_lot's API (no poisoning).
+    #[derive(Debug, Default)]
+    pub(crate) struct Mutex<T>(parking_lot::Mutex<T>);
+
+    impl<T> Mutex<T> {
+        pub(crate) fn new(v: T) -> Self {
+            Self(parking_lot::Mutex::new(v))
+        }
+        #[inline]
+        pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
+            self.0.lock()
+        }
+    }
+
+    /// A condition variable paired with [`Mutex`] (reaper and executor only).
+    #[derive(Debug, Default)]
+    pub(crate) struct Condvar(parking_lot::Condvar);
+
+    impl Condvar {
+        pub(crate) fn new() -> Self {
+            Self(parking_lot::Condvar::new())
+        }
+        pub(crate) fn wait<T>(&self, guard: &mut MutexGuard<'_, T>) {
+            self.0.wait(guard);
+        }
+        pub(crate) fn wait_for<T>(&self, guard: &mut MutexGuard<'_, T>, d: std::time::Duration) {
+            self.0.wait_for(guard, d);
+        }
+        pub(crate) fn notify_one(&self) {
+            self.0.notify_one();
+        }
+        pub(crate) fn notify_all(&self) {
+            self.0.notify_all();
+        }
+    }
+
+    pub(crate) mod thread {
+        pub(crate) use std::thread::JoinHandle;
+
+        /// Spawns a named thread.
+        pub(crate) fn spawn_named<F, R>(name: String, f: F) -> std::io::Result<JoinHandle<R>>
+        where
+            F: FnOnce() -> R + Send + 'static,
+            R: Send + 'static,
+        {
+            std::thread::Builder::new().name(name).spawn(f)
+        }
+    }
+}
+
+#[cfg(loom)]
+mod imp {
+    pub(crate) use loom::hint;
+    pub(crate) use loom::sync::{atomic, Arc, MutexGuard};
+
+    /// A mutex with parking_lot's API, over loom's.
+    #[derive(Debug)]
+    pub(crate) struct Mutex<T>(loom::sync::Mutex<T>);
+
+    impl<T> Mutex<T> {
+        pub(crate) fn new(v: T) -> Self {
+            Self(loom::sync::Mutex::new(v))
+        }
+        #[track_caller]
+        pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
+            self.0.lock().unwrap()
+        }
+    }
+
+    impl<T: Default> Default for Mutex<T> {
+        fn default() -> Self {
+            Self::new(T::default())
+        }
+    }
+}
+
+pub(crate) use imp::*;

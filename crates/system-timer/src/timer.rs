@@ -1,0 +1,747 @@
+//! [`SystemTimer`] and its [`Builder`].
+//!
+//! # Ground rules
+//!
+//! * **Time.** Every reading comes from the timer's [`Clock`], in nanoseconds. A task added with
+//!   delay `d` when the clock reads `t` has the deadline `t + d` (saturating: `Duration::MAX` is
+//!   "never"). The wheel works in nanoseconds with a tick of `tick`; it rounds deadlines **up** to
+//!   the tick and hands an entry out only once its time reaches that, and the timer only ever
+//!   advances the wheel to a clock reading it has taken, so no task starts before its deadline.
+//! * **Locks.** The wheel's shard locks are the read side of a sharded reader–writer lock
+//!   ([`timing_wheel::ConcurrentWheel`]): `add` and `cancel` take one shard's lock; advancing
+//!   takes all of them. Then, in this order only: wheel locks → `dispatch`. No user code (a task's
+//!   `run`, or the drop of a task) ever runs under any of these locks: tasks are collected under
+//!   the locks and run, sent or dropped after release.
+//! * **Runners.** A task leaves the wheel only by being cancelled (its handle drops it), by being
+//!   handed back (shutdown), or by being dispatched: sent to the executor threads over a
+//!   crossbeam channel, or (inline mode) run by the thread that advanced the wheel. A task that
+//!   is already due when added is dispatched at once, from the adding thread.
+//! * **Shutdown** (exactly-once accounting). 1. `stopping` is set and the reaper is woken and
+//!   joined. 2. The wheel is closed under its write side: every pending entry is handed back and
+//!   later adds fail with [`ScheduleError::Shutdown`]. 3. Shutdown waits until no advance is
+//!   between taking tasks out of the wheel and dispatching them (`running`, raised under the wheel
+//!   lock). 4. `dispatch` is closed: the inline ready list is handed back, the channel's sender is
+//!   dropped. 5. The executors, which hand back (instead of run) every job they receive once
+//!   `stopping` is set, drain the channel and are joined. So every task ends exactly one way:
+//!   run, cancelled, or in the returned list.
+//!
+//! # State of a task
+//!
+//! `PENDING` (in the wheel) → `CANCELLED` (handle) | `HANDED_BACK` (shutdown) | `DISPATCHED`;
+//! `DISPATCHED` → `STARTED` (a runner took it; panics are caught and counted) | `HANDED_BACK`
+//! (executor saw `stopping`). The wheel's shard lock decides the first transition, so a task
+//! runs at most once, and `cancel() == true` means it never runs.
+
+use std::fmt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Duration;
+
+use timing_wheel::{AddError, ConcurrentWheel};
+
+use crate::clock::{Clock, SystemClock};
+use crate::error::{BuildError, ScheduleError};
+use crate::handle::TimerHandle;
+use crate::stats::{Counters, TimerStats};
+use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use crate::sync::{Arc, Mutex};
+use crate::task::{Task, TimerTask};
+
+/// A task on its way to a runner, with the deadline it was due at.
+pub(crate) struct Job<T> {
+    pub(crate) task: T,
+    pub(crate) deadline_ns: u64,
+}
+
+/// Where dispatched tasks go.
+pub(crate) enum Dispatch<T> {
+    /// Executor threads, over a channel.
+    #[cfg(not(loom))]
+    Executor(crossbeam_channel::Sender<Job<T>>),
+    /// Run by whoever advances next: tasks due at add time wait here (the reaper is woken).
+    Inline(Vec<Job<T>>),
+    /// Shut down.
+    Closed,
+}
+
+/// The cap on pending tasks, shared with handles (a winning cancel gives a slot back).
+#[derive(Debug)]
+pub(crate) struct Cap {
+    pub(crate) max: usize,
+    pub(crate) used: AtomicUsize,
+}
+
+/// Everything the timer's threads share.
+pub(crate) struct Inner<T> {
+    pub(crate) wheel: ConcurrentWheel<T>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) tick_ns: u64,
+    pub(crate) inline: bool,
+    pub(crate) dispatch: Mutex<Dispatch<T>>,
+    pub(crate) cap: Option<Arc<Cap>>,
+    pub(crate) stats: Counters,
+    /// Set first thing by shutdown.
+    pub(crate) stopping: AtomicBool,
+    /// Advances between taking tasks out of the wheel and finishing their dispatch.
+    pub(crate) running: AtomicUsize,
+    /// Jobs the executors handed back after `stopping` was set.
+    pub(crate) returned: Mutex<Vec<T>>,
+    #[cfg(not(loom))]
+    pub(crate) parker: Arc<crate::reaper::Parker>,
+    pub(crate) name: String,
+}
+
+/// A timer: schedule tasks by delay or deadline from any thread, cancel them in O(1) through
+/// their handles, and have them run once their deadline is reached, never before.
+///
+/// A reaper thread sleeps until the earliest bucket of the wheel is due (no periodic wake-ups),
+/// advances the wheel, and hands due tasks to executor threads (or runs them itself in inline
+/// mode). The timer can also be driven by hand ([`advance`](Self::advance),
+/// [`advance_to`](Self::advance_to), [`advance_clock`](Self::advance_clock)) with the reaper off,
+/// on the system clock or a [`ManualClock`](crate::ManualClock).
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::mpsc;
+/// use std::time::Duration;
+/// use system_timer::SystemTimer;
+///
+/// let timer = SystemTimer::new(); // Kafka's defaults: tick 1 ms, wheel size 20
+/// let (tx, rx) = mpsc::channel();
+/// let tx2 = tx.clone();
+/// timer.add(Duration::from_millis(20), move || tx.send("fired").unwrap())?;
+/// let lease = timer.add(Duration::from_secs(30), move || tx2.send("lease lost").unwrap())?;
+/// assert!(lease.cancel()); // renewed: it will never run
+/// assert_eq!(rx.recv_timeout(Duration::from_secs(10)).unwrap(), "fired");
+/// let left = timer.shutdown(); // joins the threads; hands back what never ran
+/// assert!(left.is_empty());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// Driven deterministically, with a manual clock and no reaper thread:
+///
+/// ```
+/// use std::sync::atomic::{AtomicUsize, Ordering};
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use system_timer::{ManualClock, SystemTimer};
+///
+/// let clock = ManualClock::new(0);
+/// let timer = SystemTimer::builder().clock(clock.clone()).reaper(false).inline().build();
+/// let runs = Arc::new(AtomicUsize::new(0));
+/// let r = runs.clone();
+/// let h = timer.add(Duration::from_millis(6), move || { r.fetch_add(1, Ordering::SeqCst); })?;
+/// clock.advance(Duration::from_millis(5));
+/// assert_eq!(timer.advance(), 0);
+/// clock.advance(Duration::from_millis(1));
+/// assert_eq!(timer.advance(), 1);
+/// assert!(h.is_fired() && runs.load(Ordering::SeqCst) == 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct SystemTimer<T: TimerTask = Task> {
+    inner: Arc<Inner<T>>,
+    #[cfg(not(loom))]
+    threads: Mutex<crate::reaper::Threads>,
+}
+
+/// Configures and builds a [`SystemTimer`].
+///
+/// ```
+/// use std::time::Duration;
+/// use system_timer::SystemTimer;
+/// let timer = SystemTimer::builder()
+///     .tick(Duration::from_millis(1))
+///     .wheel_size(20)
+///     .executor_threads(2)
+///     .max_pending(1_000_000)
+///     .name("leases")
+///     .build();
+/// assert_eq!(timer.len(), 0);
+/// ```
+pub struct Builder<T: TimerTask = Task> {
+    tick: Duration,
+    wheel_size: usize,
+    clock: Option<Arc<dyn Clock>>,
+    executor_threads: usize,
+    inline: bool,
+    max_pending: Option<usize>,
+    name: String,
+    reaper: bool,
+    shards: Option<usize>,
+    _task: std::marker::PhantomData<fn(T)>,
+}
+
+// ===== impl Builder =====
+
+impl<T: TimerTask> Builder<T> {
+    /// A builder with Kafka's defaults: tick 1 ms, wheel size 20, the system clock, one executor
+    /// thread, a reaper thread, no cap, name `"timer"`.
+    pub fn new() -> Self {
+        Builder {
+            tick: Duration::from_millis(1),
+            wheel_size: 20,
+            clock: None,
+            executor_threads: 1,
+            inline: false,
+            max_pending: None,
+            name: "timer".into(),
+            reaper: true,
+            shards: None,
+            _task: std::marker::PhantomData,
+        }
+    }
+
+    /// Width of a level-0 bucket (default 1 ms). Deadlines are rounded up to it: a task runs at
+    /// most about one tick after its deadline, never before.
+    pub fn tick(mut self, tick: Duration) -> Self {
+        self.tick = tick;
+        self
+    }
+
+    /// Buckets per level (default 20; at least 2).
+    pub fn wheel_size(mut self, n: usize) -> Self {
+        self.wheel_size = n;
+        self
+    }
+
+    /// The clock (default: a new [`SystemClock`]).
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// Run expired tasks on `n` executor threads (default 1).
+    pub fn executor_threads(mut self, n: usize) -> Self {
+        self.executor_threads = n;
+        self.inline = false;
+        self
+    }
+
+    /// Run expired tasks on the thread that advances the timer (the reaper, or the caller of
+    /// `advance*`) instead of executor threads. Tasks should then be short: a slow task delays
+    /// every later expiry.
+    pub fn inline(mut self) -> Self {
+        self.inline = true;
+        self
+    }
+
+    /// Refuse new tasks with [`ScheduleError::Full`] while `max` tasks are pending.
+    pub fn max_pending(mut self, max: usize) -> Self {
+        self.max_pending = Some(max);
+        self
+    }
+
+    /// Names the threads (`<name>-reaper`, `<name>-executor-<i>`).
+    pub fn name(mut self, name: &str) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// Whether to start a reaper thread (default true). Without one, drive the timer with
+    /// [`SystemTimer::advance`] and friends.
+    pub fn reaper(mut self, on: bool) -> Self {
+        self.reaper = on;
+        self
+    }
+
+    /// Wheel shards (default: twice the machine's parallelism, a power of two).
+    pub fn shards(mut self, n: usize) -> Self {
+        self.shards = Some(n);
+        self
+    }
+
+    /// Builds the timer and starts its threads.
+    ///
+    /// # Panics
+    ///
+    /// On an invalid configuration (see [`try_build`](Self::try_build)), with the error's message.
+    pub fn build(self) -> SystemTimer<T> {
+        match self.try_build() {
+            Ok(t) => t,
+            Err(e) => panic!("invalid SystemTimer configuration: {e}"),
+        }
+    }
+
+    /// Builds the timer and starts its threads.
+    ///
+    /// # Errors
+    ///
+    /// [`BuildError`] for a zero tick, a bad wheel size, zero executor threads, a failed thread
+    /// spawn, or (under `--cfg loom`) a reaper or executor.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use system_timer::{BuildError, SystemTimer};
+    /// let e = SystemTimer::builder().tick(Duration::ZERO).try_build().unwrap_err();
+    /// assert_eq!(e, BuildError::ZeroTick);
+    /// assert!(SystemTimer::builder().wheel_size(1).try_build().is_err());
+    /// ```
+    pub fn try_build(self) -> Result<SystemTimer<T>, BuildError> {
+        let tick_ns = u64::try_from(self.tick.as_nanos()).unwrap_or(u64::MAX);
+        if tick_ns == 0 {
+            return Err(BuildError::ZeroTick);
+        }
+        if !self.inline && self.executor_threads == 0 {
+            return Err(BuildError::NoExecutorThreads);
+        }
+        if cfg!(loom) && (self.reaper || !self.inline) {
+            return Err(BuildError::LoomNeedsManualDriving);
+        }
+        let clock: Arc<dyn Clock> = self.clock.unwrap_or_else(|| Arc::new(SystemClock::new()));
+        let start = clock.now_ns();
+        let wheel = match self.shards {
+            Some(s) => ConcurrentWheel::with_shards(tick_ns, self.wheel_size, start, s)?,
+            None => ConcurrentWheel::new(tick_ns, self.wheel_size, start)?,
+        };
+        #[cfg(not(loom))]
+        let (dispatch, receiver) = if self.inline {
+            (Dispatch::Inline(Vec::new()), None)
+        } else {
+            let (tx, rx) = crossbeam_channel::unbounded();
+            (Dispatch::Executor(tx), Some(rx))
+        };
+        #[cfg(loom)]
+        let dispatch = Dispatch::Inline(Vec::new());
+        let inner = Arc::new(Inner {
+            wheel,
+            clock,
+            tick_ns,
+            inline: self.inline,
+            dispatch: Mutex::new(dispatch),
+            cap: self.max_pending.map(|max| {
+                Arc::new(Cap {
+                    max,
+                    used: AtomicUsize::new(0),
+                })
+            }),
+            stats: Counters::new(),
+            stopping: AtomicBool::new(false),
+            running: AtomicUsize::new(0),
+            returned: Mutex::new(Vec::new()),
+            #[cfg(not(loom))]
+            parker: Arc::new(crate::reaper::Parker::new()),
+            name: self.name,
+        });
+        #[cfg(not(loom))]
+        {
+            let threads = crate::reaper::start(&inner, self.reaper, self.executor_threads, receiver)
+                .map_err(|e| BuildError::Spawn(e.to_string()))?;
+            Ok(SystemTimer {
+                inner,
+                threads: Mutex::new(threads),
+            })
+        }
+        #[cfg(loom)]
+        Ok(SystemTimer { inner })
+    }
+}
+
+impl<T: TimerTask> Default for Builder<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T: TimerTask> fmt::Debug for Builder<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Builder")
+            .field("tick", &self.tick)
+            .field("wheel_size", &self.wheel_size)
+            .field("executor_threads", &self.executor_threads)
+            .field("inline", &self.inline)
+            .field("max_pending", &self.max_pending)
+            .field("name", &self.name)
+            .field("reaper", &self.reaper)
+            .finish()
+    }
+}
+
+// ===== impl SystemTimer =====
+
+impl SystemTimer<Task> {
+    /// A timer with Kafka's defaults (tick 1 ms, wheel size 20), the system clock, a reaper and
+    /// one executor thread, running boxed closures ([`Task`]).
+    ///
+    /// # Panics
+    ///
+    /// If the threads cannot be spawned.
+    #[doc(alias = "SystemTimer")]
+    pub fn new() -> Self {
+        Builder::new().build()
+    }
+
+    /// A [`Builder`] for a timer of boxed closures. For a timer of your own task type, use
+    /// `Builder::<MyTask>::new()`.
+    pub fn builder() -> Builder<Task> {
+        Builder::new()
+    }
+}
+
+impl Default for SystemTimer<Task> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T: TimerTask> SystemTimer<T> {
+    /// Schedules `task` to run `delay` from now (on the timer's clock). O(1), from any thread.
+    /// A zero or already-elapsed delay dispatches the task at once; `Duration::MAX` never fires.
+    ///
+    /// # Errors
+    ///
+    /// [`ScheduleError::Shutdown`] after [`shutdown`](Self::shutdown), [`ScheduleError::Full`]
+    /// at the [`max_pending`](Builder::max_pending) cap; both hand the task back.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use system_timer::SystemTimer;
+    /// let timer = SystemTimer::builder().reaper(false).build();
+    /// let h = timer.add(Duration::from_secs(5), || println!("later"))?;
+    /// assert_eq!(timer.len(), 1);
+    /// assert!(h.deadline() >= Duration::from_secs(5));
+    /// timer.shutdown();
+    /// let e = timer.add(Duration::ZERO, || ()).unwrap_err();
+    /// assert!(e.is_shutdown());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[doc(alias = "schedule")]
+    #[inline]
+    pub fn add(&self, delay: Duration, task: impl Into<T>) -> Result<TimerHandle<T>, ScheduleError<T>> {
+        let now = self.inner.clock.now_ns();
+        let delay = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
+        self.inner.schedule(now.saturating_add(delay), task.into())
+    }
+
+    /// Schedules `task` at an absolute deadline: `deadline` after the clock's epoch (compare
+    /// [`now`](Self::now)). A deadline in the past dispatches the task at once.
+    ///
+    /// # Errors
+    ///
+    /// As [`add`](Self::add).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use system_timer::{ManualClock, SystemTimer};
+    /// let clock = ManualClock::new(1_000);
+    /// let timer = SystemTimer::builder().clock(clock.clone()).reaper(false).inline().build();
+    /// let h = timer.add_at(Duration::from_millis(1_500), || ())?;
+    /// assert_eq!(h.deadline_ms(), 1_500);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn add_at(&self, deadline: Duration, task: impl Into<T>) -> Result<TimerHandle<T>, ScheduleError<T>> {
+        let deadline = u64::try_from(deadline.as_nanos()).unwrap_or(u64::MAX);
+        self.inner.schedule(deadline, task.into())
+    }
+
+    /// The clock's reading, as a duration since its epoch.
+    pub fn now(&self) -> Duration {
+        Duration::from_nanos(self.inner.clock.now_ns())
+    }
+
+    /// Advances the timer to the clock's current time, dispatching every task due by then (in
+    /// inline mode: running them on this thread). Returns how many were dispatched. Non-blocking
+    /// apart from the wheel's locks.
+    pub fn advance(&self) -> usize {
+        self.inner.advance_to_ns(self.inner.clock.now_ns())
+    }
+
+    /// [`advance`](Self::advance) to an explicit time in ms on the timer's clock, for callers
+    /// that drive time themselves. A time ahead of the clock is clamped to the clock (never early).
+    #[doc(alias = "advanceClock")]
+    pub fn advance_to(&self, now_ms: u64) -> usize {
+        self.advance_to_ns(now_ms.saturating_mul(1_000_000))
+    }
+
+    /// [`advance_to`](Self::advance_to) in nanoseconds.
+    pub fn advance_to_ns(&self, now_ns: u64) -> usize {
+        let now = now_ns.min(self.inner.clock.now_ns());
+        self.inner.advance_to_ns(now)
+    }
+
+    /// Kafka's `advanceClock(timeoutMs)`: waits up to `timeout` (on the timer's clock; with a
+    /// manual clock, until the clock is moved far enough) for a task to become due, then
+    /// advances. Returns true if at least one task was dispatched. For callers who run no reaper
+    /// thread; do not combine with a running reaper.
+    #[cfg(not(loom))]
+    pub fn advance_clock(&self, timeout: Duration) -> bool {
+        crate::reaper::advance_clock(&self.inner, timeout)
+    }
+
+    /// Tasks scheduled and not yet started, cancelled or handed back: those in the wheel plus
+    /// those dispatched and waiting for an executor. Exact; cancelled tasks leave at once.
+    #[doc(alias = "size")]
+    pub fn len(&self) -> usize {
+        self.inner.wheel.len() + self.inner.stats.in_flight() as usize
+    }
+
+    /// True when nothing is pending.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The time (since the clock's epoch) at which the reaper next has work: the earliest
+    /// queued bucket's start, which is at or before the earliest pending deadline.
+    pub fn next_expiration(&self) -> Option<Duration> {
+        self.inner.wheel.next_expiration().map(Duration::from_nanos)
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> TimerStats {
+        let inner = &self.inner;
+        let w = inner.wheel.counts();
+        let s = &inner.stats;
+        let (queued_buckets, levels) = {
+            let g = inner.wheel.lock();
+            (g.queued_buckets(), g.levels())
+        };
+        TimerStats {
+            scheduled: w.added + s.immediate.load(Ordering::Relaxed),
+            fired: s.started.load(Ordering::Relaxed),
+            cancelled: w.cancelled,
+            panicked: s.panicked.load(Ordering::Relaxed),
+            handed_back: w.handed_back + s.returned.load(Ordering::Relaxed),
+            pending: self.len() as u64,
+            queued_buckets,
+            levels,
+            reaper_wakeups: s.wakeups.load(Ordering::Relaxed),
+            lateness: s.lateness.snapshot(),
+        }
+    }
+
+    /// The tick, as configured.
+    pub fn tick(&self) -> Duration {
+        Duration::from_nanos(self.inner.tick_ns)
+    }
+
+    /// True once [`shutdown`](Self::shutdown) has started.
+    pub fn is_shutdown(&self) -> bool {
+        self.inner.stopping.load(Ordering::Acquire)
+    }
+
+    /// Stops the timer promptly: wakes and joins the reaper and executors, and returns every task
+    /// that neither ran nor was cancelled (pending in the wheel, or dispatched but not yet
+    /// started). Later `add`s fail with [`ScheduleError::Shutdown`], and handles' `cancel`
+    /// returns false. Idempotent: a second call returns nothing. Dropping the timer calls it.
+    ///
+    /// Do not call it from inside one of the timer's own tasks (it waits for them).
+    #[doc(alias = "close")]
+    pub fn shutdown(&self) -> Vec<T> {
+        let inner = &self.inner;
+        if inner.stopping.swap(true, Ordering::AcqRel) {
+            return Vec::new();
+        }
+        #[cfg(not(loom))]
+        let mut threads = std::mem::take(&mut *self.threads.lock());
+        #[cfg(not(loom))]
+        threads.stop_reaper(inner);
+        let mut out = Vec::new();
+        inner.wheel.lock().close(|f| out.push(f.value));
+        inner.wait_idle();
+        let closed = std::mem::replace(&mut *inner.dispatch.lock(), Dispatch::Closed);
+        match closed {
+            Dispatch::Inline(jobs) => {
+                inner.stats.returned.fetch_add(jobs.len() as u64, Ordering::Relaxed);
+                out.extend(jobs.into_iter().map(|j| j.task));
+            }
+            #[cfg(not(loom))]
+            Dispatch::Executor(tx) => drop(tx),
+            Dispatch::Closed => {}
+        }
+        #[cfg(not(loom))]
+        threads.join_executors();
+        out.append(&mut inner.returned.lock());
+        out
+    }
+
+    /// Panics if an invariant of the wheel or the counters is broken (for tests and models).
+    #[doc(hidden)]
+    pub fn check_invariants(&self) {
+        let g = self.inner.wheel.lock();
+        g.check_invariants();
+        let w = g.counts();
+        drop(g);
+        let st = self.stats();
+        assert_eq!(
+            st.scheduled,
+            st.fired + st.cancelled + st.handed_back + st.pending,
+            "task accounting does not reconcile: {st:?} (wheel {w:?})"
+        );
+    }
+}
+
+impl<T: TimerTask> Drop for SystemTimer<T> {
+    fn drop(&mut self) {
+        drop(self.shutdown());
+    }
+}
+
+impl<T: TimerTask> fmt::Debug for SystemTimer<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SystemTimer")
+            .field("name", &self.inner.name)
+            .field("tick", &self.tick())
+            .field("len", &self.len())
+            .field("shutdown", &self.is_shutdown())
+            .finish()
+    }
+}
+
+// ===== impl Inner =====
+
+impl<T: TimerTask> Inner<T> {
+    #[inline]
+    pub(crate) fn schedule(&self, deadline_ns: u64, task: T) -> Result<TimerHandle<T>, ScheduleError<T>> {
+        if let Some(cap) = &self.cap {
+            if cap.used.fetch_add(1, Ordering::AcqRel) >= cap.max {
+                cap.used.fetch_sub(1, Ordering::AcqRel);
+                return Err(ScheduleError::Full(task));
+            }
+        }
+        match self.wheel.add(deadline_ns, task) {
+            Ok(added) => {
+                #[cfg(not(loom))]
+                if added.earliest {
+                    self.parker.unpark();
+                }
+                Ok(TimerHandle::new(Some(added.handle), deadline_ns, self.cap.clone()))
+            }
+            Err(e) => {
+                if let Some(cap) = &self.cap {
+                    cap.used.fetch_sub(1, Ordering::AcqRel);
+                }
+                match e {
+                    AddError::Closed(task) => Err(ScheduleError::Shutdown(task)),
+                    AddError::Expired(task) => {
+                        self.dispatch_now(Job { task, deadline_ns })?;
+                        Ok(TimerHandle::new(None, deadline_ns, None))
+                    }
+                }
+            }
+        }
+    }
+
+    /// Dispatches a task that was already due when added.
+    fn dispatch_now(&self, job: Job<T>) -> Result<(), ScheduleError<T>> {
+        let mut d = self.dispatch.lock();
+        match &mut *d {
+            #[cfg(not(loom))]
+            Dispatch::Executor(tx) => {
+                self.stats.immediate.fetch_add(1, Ordering::Relaxed);
+                self.stats.dispatched.fetch_add(1, Ordering::Release);
+                if let Err(e) = tx.send(job) {
+                    // Receivers gone means the executors died; never drop a task silently.
+                    self.stats.immediate.fetch_sub(1, Ordering::Relaxed);
+                    self.stats.dispatched.fetch_sub(1, Ordering::Release);
+                    return Err(ScheduleError::Shutdown(e.into_inner().task));
+                }
+                Ok(())
+            }
+            Dispatch::Inline(ready) => {
+                self.stats.immediate.fetch_add(1, Ordering::Relaxed);
+                self.stats.dispatched.fetch_add(1, Ordering::Release);
+                ready.push(job);
+                drop(d);
+                #[cfg(not(loom))]
+                self.parker.unpark();
+                Ok(())
+            }
+            Dispatch::Closed => Err(ScheduleError::Shutdown(job.task)),
+        }
+    }
+
+    /// Advances the wheel to `now_ns`, dispatching what is due. Returns how many tasks.
+    pub(crate) fn advance_to_ns(&self, now_ns: u64) -> usize {
+        let mut jobs = Vec::new();
+        let from_wheel;
+        {
+            let mut g = self.wheel.lock();
+            if g.is_closed() {
+                return 0;
+            }
+            from_wheel = g.advance(now_ns, |f| {
+                jobs.push(Job {
+                    task: f.value,
+                    deadline_ns: f.deadline,
+                })
+            });
+            if self.inline {
+                if let Dispatch::Inline(ready) = &mut *self.dispatch.lock() {
+                    jobs.append(ready);
+                }
+            }
+            // Raised under the wheel lock: shutdown, which closes the wheel under that lock and
+            // then waits for `running` to drop to zero, cannot miss these jobs.
+            self.running.fetch_add(1, Ordering::AcqRel);
+        }
+        if from_wheel > 0 {
+            if let Some(cap) = &self.cap {
+                cap.used.fetch_sub(from_wheel, Ordering::AcqRel);
+            }
+            self.stats
+                .dispatched
+                .fetch_add(from_wheel as u64, Ordering::Release);
+        }
+        let n = jobs.len();
+        if n > 0 {
+            self.deliver(jobs);
+        }
+        if self.running.fetch_sub(1, Ordering::AcqRel) == 1 && self.stopping.load(Ordering::Acquire) {
+            #[cfg(not(loom))]
+            self.parker.unpark();
+        }
+        n
+    }
+
+    /// Hands jobs to their runner: runs them here (inline) or sends them to the executors.
+    fn deliver(&self, jobs: Vec<Job<T>>) {
+        if self.inline {
+            for job in jobs {
+                self.run_job(job);
+            }
+            return;
+        }
+        #[cfg(not(loom))]
+        {
+            let d = self.dispatch.lock();
+            match &*d {
+                Dispatch::Executor(tx) => {
+                    for job in jobs {
+                        if let Err(e) = tx.send(job) {
+                            // Unreachable while `running` is raised (shutdown waits for it), but
+                            // never lose a task: hand it back.
+                            self.stats.returned.fetch_add(1, Ordering::Relaxed);
+                            self.returned.lock().push(e.into_inner().task);
+                        }
+                    }
+                }
+                _ => {
+                    let n = jobs.len() as u64;
+                    self.stats.returned.fetch_add(n, Ordering::Relaxed);
+                    self.returned.lock().extend(jobs.into_iter().map(|j| j.task));
+                }
+            }
+        }
+    }
+
+    /// Runs one job: records its lateness, catches and counts a panic.
+    pub(crate) fn run_job(&self, job: Job<T>) {
+        let late = self.clock.now_ns().saturating_sub(job.deadline_ns);
+        self.stats.lateness.record(late);
+        self.stats.started.fetch_add(1, Ordering::Release);
+        let task = job.task;
+        if catch_unwind(AssertUnwindSafe(move || task.run())).is_err() {
+            self.stats.panicked.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Waits until no advance is between taking tasks out of the wheel and dispatching them.
+    fn wait_idle(&self) {
+        while self.running.load(Ordering::Acquire) != 0 {
+            #[cfg(not(loom))]
+            self.parker.park(Some(Duration::from_millis(1)));
+            #[cfg(loom)]
+            crate::sync::hint::spin_loop();
+        }
+    }
+}
