@@ -9,7 +9,7 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::measure::{median, process_cpu_ns};
 use crate::rng::SplitMix64;
@@ -24,10 +24,20 @@ pub trait ChurnTarget {
     fn cancel(&mut self, handle: &Self::Handle) -> bool;
     /// Pending tasks (to check the run did what it claims).
     fn len(&self) -> usize;
+    /// False for targets on a real clock, where a task with a short delay may fire during the
+    /// add phase (so a few cancels lose, and the counts are only checked approximately).
+    const EXACT: bool = true;
 }
 
 /// The implementations W1 knows, by name.
-pub const IMPLS: &[&str] = &["wheel", "concurrent-wheel", "binary-heap"];
+pub const IMPLS: &[&str] = &[
+    "wheel",
+    "concurrent-wheel",
+    "system-timer",
+    "system-timer-typed",
+    "delay-queue",
+    "binary-heap",
+];
 
 /// Per-phase figures of one W1 run.
 #[derive(Clone, Copy, Debug, Default)]
@@ -59,7 +69,9 @@ pub fn run_once<C: ChurnTarget>(target: &mut C, delays: &[u64]) -> ChurnFigures 
     }
     let add_wall = t0.elapsed();
     let cpu1 = process_cpu_ns();
-    assert_eq!(target.len(), n, "add phase lost tasks");
+    if C::EXACT {
+        assert_eq!(target.len(), n, "add phase lost tasks");
+    }
     let t1 = Instant::now();
     let mut cancelled = 0usize;
     for (i, h) in handles.iter().enumerate() {
@@ -70,7 +82,12 @@ pub fn run_once<C: ChurnTarget>(target: &mut C, delays: &[u64]) -> ChurnFigures 
     let cancel_wall = t1.elapsed();
     let cpu2 = process_cpu_ns();
     let expected = n - n.div_ceil(10);
-    assert_eq!(cancelled, expected, "cancel phase missed tasks");
+    if C::EXACT {
+        assert_eq!(cancelled, expected, "cancel phase missed tasks");
+    } else {
+        // Only tasks whose (short) delay ran out during the run may have fired first.
+        assert!(cancelled + expected / 50 >= expected, "cancel phase missed tasks: {cancelled}");
+    }
     let n_cancel = expected.max(1) as f64;
     let n = n.max(1) as f64;
     ChurnFigures {
@@ -199,6 +216,142 @@ impl ChurnTarget for HeapTarget {
     }
 }
 
+/// The `SystemTimer` with its defaults (tick 1 ms, wheel 20, reaper and one executor thread on
+/// the system clock), scheduling boxed closures that capture the task id.
+#[derive(Debug)]
+pub struct TimerTarget(pub system_timer::SystemTimer);
+
+impl TimerTarget {
+    /// Kafka's configuration.
+    pub fn new() -> Self {
+        TimerTarget(system_timer::SystemTimer::new())
+    }
+}
+
+impl Default for TimerTarget {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ChurnTarget for TimerTarget {
+    type Handle = system_timer::TimerHandle<system_timer::Task>;
+    const EXACT: bool = false;
+    #[inline]
+    fn add(&mut self, delay_ms: u64, id: u64) -> Self::Handle {
+        let task = move || {
+            std::hint::black_box(id);
+        };
+        self.0.add(Duration::from_millis(delay_ms), task).expect("timer running")
+    }
+    #[inline]
+    fn cancel(&mut self, h: &Self::Handle) -> bool {
+        h.cancel()
+    }
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+/// A task that is just an id: what `system-timer-typed` schedules (no boxing).
+#[derive(Debug)]
+pub struct IdTask(pub u64);
+
+impl system_timer::TimerTask for IdTask {
+    fn run(self) {
+        std::hint::black_box(self.0);
+    }
+}
+
+/// The `SystemTimer` as [`TimerTarget`], but with a task type of its own (no box per task).
+#[derive(Debug)]
+pub struct TypedTimerTarget(pub system_timer::SystemTimer<IdTask>);
+
+impl TypedTimerTarget {
+    /// Kafka's configuration.
+    pub fn new() -> Self {
+        TypedTimerTarget(system_timer::Builder::new().build())
+    }
+}
+
+impl Default for TypedTimerTarget {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ChurnTarget for TypedTimerTarget {
+    type Handle = system_timer::TimerHandle<IdTask>;
+    const EXACT: bool = false;
+    #[inline]
+    fn add(&mut self, delay_ms: u64, id: u64) -> Self::Handle {
+        self.0.add(Duration::from_millis(delay_ms), IdTask(id)).expect("timer running")
+    }
+    #[inline]
+    fn cancel(&mut self, h: &Self::Handle) -> bool {
+        h.cancel()
+    }
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+/// tokio-util's `DelayQueue<u64>` (insert with a timeout, remove by key), inside a current-thread
+/// tokio runtime context (its timer needs one). The peer BENCHMARKS.md measures.
+#[derive(Debug)]
+pub struct DelayQueueTarget {
+    queue: tokio_util::time::DelayQueue<u64>,
+    _guard_rt: Box<tokio::runtime::Runtime>,
+    len: usize,
+}
+
+impl DelayQueueTarget {
+    /// An empty queue in a fresh runtime.
+    pub fn new() -> Self {
+        let rt = Box::new(
+            tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .expect("tokio runtime"),
+        );
+        let queue = {
+            let _g = rt.enter();
+            tokio_util::time::DelayQueue::new()
+        };
+        DelayQueueTarget {
+            queue,
+            _guard_rt: rt,
+            len: 0,
+        }
+    }
+}
+
+impl Default for DelayQueueTarget {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ChurnTarget for DelayQueueTarget {
+    type Handle = tokio_util::time::delay_queue::Key;
+    #[inline]
+    fn add(&mut self, delay_ms: u64, id: u64) -> Self::Handle {
+        let _g = self._guard_rt.enter();
+        self.len += 1;
+        self.queue.insert(id, Duration::from_millis(delay_ms))
+    }
+    #[inline]
+    fn cancel(&mut self, h: &Self::Handle) -> bool {
+        // `try_remove` returns None for a key already expired or removed (no panic).
+        let won = self.queue.try_remove(h).is_some();
+        self.len -= usize::from(won);
+        won
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
 /// Adds `n` tasks to implementation `name` and returns the peak RSS: what the parent compares
 /// against the same probe with `n = 0` for bytes per pending task (handles included).
 pub fn rss_probe(name: &str, n: usize, range_ms: u64) -> u64 {
@@ -217,6 +370,9 @@ pub fn rss_probe(name: &str, n: usize, range_ms: u64) -> u64 {
         "wheel" => fill(WheelTarget::new(), n, range_ms),
         "concurrent-wheel" => fill(ConcurrentWheelTarget::new(), n, range_ms),
         "binary-heap" => fill(HeapTarget::default(), n, range_ms),
+        "system-timer" => fill(TimerTarget::new(), n, range_ms),
+        "system-timer-typed" => fill(TypedTimerTarget::new(), n, range_ms),
+        "delay-queue" => fill(DelayQueueTarget::new(), n, range_ms),
         other => panic!("unknown implementation {other}"),
     }
 }

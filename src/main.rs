@@ -4,7 +4,10 @@
 use std::process::Command;
 
 use clap::{Parser, Subcommand};
-use kafka_timer::churn::{self, ChurnFigures, ConcurrentWheelTarget, HeapTarget, WheelTarget};
+use kafka_timer::churn::{
+    self, ChurnFigures, ConcurrentWheelTarget, DelayQueueTarget, HeapTarget, TimerTarget,
+    TypedTimerTarget, WheelTarget,
+};
 use kafka_timer::measure::machine_line;
 
 #[derive(Parser, Debug)]
@@ -95,6 +98,9 @@ fn measure(name: &str, runs: usize, delays: &[u64]) -> ChurnFigures {
         "wheel" => churn::run_median(runs, delays, WheelTarget::new),
         "concurrent-wheel" => churn::run_median(runs, delays, ConcurrentWheelTarget::new),
         "binary-heap" => churn::run_median(runs, delays, HeapTarget::default),
+        "system-timer" => churn::run_median(runs, delays, TimerTarget::new),
+        "system-timer-typed" => churn::run_median(runs, delays, TypedTimerTarget::new),
+        "delay-queue" => churn::run_median(runs, delays, DelayQueueTarget::new),
         other => {
             eprintln!("unknown implementation {other}; known: {:?}", churn::IMPLS);
             std::process::exit(2);

@@ -115,6 +115,11 @@ impl ManualClock {
         self.now_ns() / 1_000_000
     }
 
+    /// The time in nanoseconds (as [`Clock::now_ns`]).
+    pub fn now_ns(&self) -> u64 {
+        self.inner.now_ns.load(Ordering::Acquire)
+    }
+
     /// Moves the clock forward by `d` (saturating) and wakes whoever subscribed.
     pub fn advance(&self, d: Duration) {
         let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
@@ -155,7 +160,7 @@ impl ManualClock {
 impl Clock for ManualClock {
     #[inline]
     fn now_ns(&self) -> u64 {
-        self.inner.now_ns.load(Ordering::Acquire)
+        ManualClock::now_ns(self)
     }
 
     fn sleep_for(&self, _deadline_ns: u64) -> Option<Duration> {

@@ -28,6 +28,7 @@ pub struct TimerHandle<T> {
 }
 
 impl<T> TimerHandle<T> {
+    #[inline(always)]
     pub(crate) fn new(entry: Option<EntryHandle<T>>, deadline_ns: u64, cap: Option<Arc<Cap>>) -> Self {
         TimerHandle {
             entry,
@@ -50,7 +51,7 @@ impl<T> TimerHandle<T> {
     /// assert!(h.is_cancelled() && timer.is_empty());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    #[inline]
+    #[inline(always)]
     pub fn cancel(&self) -> bool {
         let Some(entry) = &self.entry else {
             return false;

@@ -405,7 +405,7 @@ impl<T: TimerTask> SystemTimer<T> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[doc(alias = "schedule")]
-    #[inline]
+    #[inline(always)]
     pub fn add(&self, delay: Duration, task: impl Into<T>) -> Result<TimerHandle<T>, ScheduleError<T>> {
         let now = self.inner.clock.now_ns();
         let delay = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
@@ -590,7 +590,7 @@ impl<T: TimerTask> fmt::Debug for SystemTimer<T> {
 // ===== impl Inner =====
 
 impl<T: TimerTask> Inner<T> {
-    #[inline]
+    #[inline(always)]
     pub(crate) fn schedule(&self, deadline_ns: u64, task: T) -> Result<TimerHandle<T>, ScheduleError<T>> {
         if let Some(cap) = &self.cap {
             if cap.used.fetch_add(1, Ordering::AcqRel) >= cap.max {

@@ -38,7 +38,7 @@ use std::fmt;
 use crate::bucket::{Bucket, ExpiryQueue, Geometry, NOT_QUEUED};
 use crate::list::{EntryKey, KeyState};
 use crate::shard::{Fired, Shard, WheelCounts};
-use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use crate::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use crate::sync::{thread_hint, Arc, Mutex, MutexGuard};
 use crate::{AddError, ConfigError};
 
@@ -101,11 +101,16 @@ pub struct ConcurrentWheel<T> {
 /// [`is_handed_back`]: Self::is_handed_back
 pub struct EntryHandle<T> {
     cell: Arc<ShardCell<T>>,
-    key: EntryKey,
-    /// Set, under the shard lock, by the cancel that wins. The handle is the only way to cancel
-    /// an entry, so "gone and not cancelled by this handle" means "fired".
-    cancelled: AtomicBool,
+    index: u32,
+    /// The key's stamp, plus [`CANCELLED_BIT`]: set, under the shard lock, by the cancel that
+    /// wins. The handle is the only way to cancel an entry, so "gone and not cancelled by this
+    /// handle" means "fired". (A key's stamp always has state `PENDING` = `0b01` in its low
+    /// bits, so bit 1 is free.)
+    stamp: AtomicU32,
 }
+
+/// Marks a handle whose cancel won (see [`EntryHandle`]).
+const CANCELLED_BIT: u32 = 0b10;
 
 /// The result of a successful [`ConcurrentWheel::add`].
 #[derive(Debug)]
@@ -210,7 +215,7 @@ impl<T> ConcurrentWheel<T> {
     /// assert!(matches!(wheel.add(50, "z"), Err(AddError::Expired("z"))));
     /// # Ok::<(), timing_wheel::ConfigError>(())
     /// ```
-    #[inline]
+    #[inline(always)]
     pub fn add(&self, deadline: u64, value: T) -> Result<Added<T>, AddError<T>> {
         self.add_on_shard(thread_hint(), deadline, value)
     }
@@ -228,7 +233,7 @@ impl<T> ConcurrentWheel<T> {
     /// assert_eq!(wheel.len(), 1);
     /// # Ok::<(), timing_wheel::ConfigError>(())
     /// ```
-    #[inline]
+    #[inline(always)]
     pub fn add_on_shard(&self, hint: usize, deadline: u64, value: T) -> Result<Added<T>, AddError<T>> {
         let cell = &self.shards[hint & (self.shards.len() - 1)];
         let mut shard = cell.shard.lock();
@@ -244,8 +249,8 @@ impl<T> ConcurrentWheel<T> {
         Ok(Added {
             handle: EntryHandle {
                 cell: Arc::clone(cell),
-                key,
-                cancelled: AtomicBool::new(false),
+                index: key.index,
+                stamp: AtomicU32::new(key.stamp),
             },
             queued,
             earliest,
@@ -523,26 +528,28 @@ impl<T> EntryHandle<T> {
     /// # Ok::<(), timing_wheel::ConfigError>(())
     /// ```
     #[doc(alias = "remove")]
-    #[inline]
+    #[inline(always)]
     pub fn cancel(&self) -> Option<T> {
         let mut shard = self.cell.shard.lock();
-        let value = shard.cancel(self.key);
+        let value = shard.cancel(self.key());
         if value.is_some() {
             self.cell.len.store(shard.len(), Ordering::Relaxed);
-            self.cancelled.store(true, Ordering::Relaxed);
+            // Under the shard lock, which every writer of `stamp` holds: no RMW needed.
+            let stamp = self.stamp.load(Ordering::Relaxed);
+            self.stamp.store(stamp | CANCELLED_BIT, Ordering::Relaxed);
         }
         value
     }
 
     /// True while the entry is scheduled.
     pub fn is_pending(&self) -> bool {
-        self.cell.shard.lock().key_state(self.key) == KeyState::Pending
+        self.cell.shard.lock().key_state(self.key()) == KeyState::Pending
     }
 
     /// True once a [`cancel`](Self::cancel) through this handle has won.
     pub fn is_cancelled(&self) -> bool {
         let _shard = self.cell.shard.lock();
-        self.cancelled.load(Ordering::Relaxed)
+        self.stamp.load(Ordering::Relaxed) & CANCELLED_BIT != 0
     }
 
     /// True once an advance has taken the entry out because its deadline was reached.
@@ -558,28 +565,33 @@ impl<T> EntryHandle<T> {
     /// ```
     pub fn is_fired(&self) -> bool {
         let shard = self.cell.shard.lock();
-        shard.key_state(self.key) == KeyState::Gone && !self.cancelled.load(Ordering::Relaxed)
+        shard.key_state(self.key()) == KeyState::Gone
+            && self.stamp.load(Ordering::Relaxed) & CANCELLED_BIT == 0
     }
 
     /// True if a close of the wheel took the entry out before it fired or was cancelled.
     pub fn is_handed_back(&self) -> bool {
-        self.cell.shard.lock().key_state(self.key) == KeyState::HandedBack
+        self.cell.shard.lock().key_state(self.key()) == KeyState::HandedBack
     }
 
     /// The entry's deadline, while it is pending.
     pub fn deadline(&self) -> Option<u64> {
-        self.cell.shard.lock().deadline(self.key)
+        self.cell.shard.lock().deadline(self.key())
     }
 
     /// The entry's key within its shard (what [`Fired::key`] reports when it fires).
+    #[inline(always)]
     pub fn key(&self) -> EntryKey {
-        self.key
+        EntryKey {
+            index: self.index,
+            stamp: self.stamp.load(Ordering::Relaxed) & !CANCELLED_BIT,
+        }
     }
 }
 
 impl<T> fmt::Debug for EntryHandle<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("EntryHandle").field("key", &self.key).finish()
+        f.debug_struct("EntryHandle").field("key", &self.key()).finish()
     }
 }
 

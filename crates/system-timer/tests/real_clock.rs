@@ -1,0 +1,92 @@
+//! Properties on the real (system) clock: nothing fires early, nothing is lost. No exact
+//! timings are asserted; timeouts only catch hangs.
+#![cfg(not(loom))]
+#![allow(clippy::disallowed_methods)] // measures with std's monotonic clock on purpose
+
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use system_timer::SystemTimer;
+
+/// 10,000 tasks with random delays up to 200 ms: each records `Instant::now()` when it runs;
+/// none runs before `instant taken just before its add + delay`, measured in nanoseconds, and
+/// every one runs exactly once.
+#[test]
+fn ten_thousand_tasks_none_early_in_nanoseconds() {
+    const N: usize = 10_000;
+    let timer = SystemTimer::new();
+    let early = Arc::new(Mutex::new(Vec::new()));
+    let runs = Arc::new((0..N).map(|_| AtomicUsize::new(0)).collect::<Vec<_>>());
+    let mut state = 42u64;
+    for i in 0..N {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let delay = Duration::from_nanos(state % 200_000_000);
+        let (early, runs) = (early.clone(), runs.clone());
+        let due = Instant::now() + delay;
+        timer
+            .add(delay, move || {
+                let now = Instant::now();
+                if now < due {
+                    early.lock().unwrap().push((i, due - now));
+                }
+                runs[i].fetch_add(1, SeqCst);
+            })
+            .unwrap();
+    }
+    let t0 = Instant::now();
+    while runs.iter().any(|r| r.load(SeqCst) == 0) {
+        assert!(t0.elapsed() < Duration::from_secs(60), "tasks lost or hung");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(early.lock().unwrap().is_empty(), "early fires: {:?}", early.lock().unwrap());
+    assert!(runs.iter().all(|r| r.load(SeqCst) == 1), "a task ran twice");
+    let st = timer.stats();
+    assert_eq!((st.scheduled, st.fired, st.pending), (N as u64, N as u64, 0));
+    assert_eq!(st.lateness.count, N as u64);
+    assert!(timer.shutdown().is_empty());
+}
+
+/// An idle timer does not wake its reaper: with one far task and nothing else, the reaper
+/// sleeps (counted wake-ups stay flat over a quiet stretch).
+#[test]
+fn an_idle_reaper_does_not_wake_up() {
+    let timer = SystemTimer::new();
+    timer.add(Duration::from_secs(600), || ()).unwrap();
+    std::thread::sleep(Duration::from_millis(100)); // let the reaper settle
+    let before = timer.stats().reaper_wakeups;
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(timer.stats().reaper_wakeups, before, "the reaper woke while idle");
+}
+
+/// Shutdown is prompt even when the reaper is asleep for a long time.
+#[test]
+fn shutdown_is_prompt() {
+    let timer = SystemTimer::new();
+    let fired = Arc::new(AtomicUsize::new(0));
+    let f = fired.clone();
+    timer
+        .add(Duration::from_secs(3600), move || {
+            f.fetch_add(1, SeqCst);
+        })
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let t0 = Instant::now();
+    let back = timer.shutdown();
+    assert!(t0.elapsed() < Duration::from_secs(5), "shutdown waited: {:?}", t0.elapsed());
+    assert_eq!(back.len(), 1);
+    assert_eq!(fired.load(SeqCst), 0);
+}
+
+/// An add that creates an earlier bucket wakes the sleeping reaper: a 5 ms task added while the
+/// reaper sleeps towards a one-hour deadline still runs promptly.
+#[test]
+fn an_earlier_add_wakes_the_reaper() {
+    let timer = SystemTimer::new();
+    timer.add(Duration::from_secs(3600), || ()).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let (tx, rx) = std::sync::mpsc::channel();
+    timer.add(Duration::from_millis(5), move || tx.send(()).unwrap()).unwrap();
+    rx.recv_timeout(Duration::from_secs(30)).expect("the reaper slept through an earlier task");
+}

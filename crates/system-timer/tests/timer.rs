@@ -1,0 +1,451 @@
+//! Behaviour of `SystemTimer` on the manual clock: deterministic, no sleeps. Real-clock
+//! properties live in `real_clock.rs`; the multi-threaded stress in `stress.rs`.
+#![cfg(not(loom))]
+#![allow(clippy::disallowed_methods)] // tests spawn threads and use std locks freely
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use system_timer::{Builder, ManualClock, ScheduleError, SystemTimer, TimerTask};
+
+const MS: Duration = Duration::from_millis(1);
+
+/// splitmix64 (BENCHMARKS.md).
+fn splitmix(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// A timer on a manual clock, driven by hand, running tasks inline.
+fn manual(clock: &ManualClock, wheel_size: usize) -> SystemTimer {
+    SystemTimer::builder()
+        .clock(clock.clone())
+        .wheel_size(wheel_size)
+        .reaper(false)
+        .inline()
+        .build()
+}
+
+/// Records, per task id, the clock readings (ns) at which it ran.
+#[derive(Clone, Default)]
+struct Log(Arc<Mutex<HashMap<u64, Vec<u64>>>>);
+
+impl Log {
+    fn task(&self, clock: &ManualClock, id: u64) -> impl FnOnce() + Send + 'static {
+        let (log, clock) = (self.clone(), clock.clone());
+        move || log.0.lock().unwrap().entry(id).or_default().push(clock.now_ns())
+    }
+    fn runs(&self, id: u64) -> Vec<u64> {
+        self.0.lock().unwrap().get(&id).cloned().unwrap_or_default()
+    }
+    fn total(&self) -> usize {
+        self.0.lock().unwrap().values().map(Vec::len).sum()
+    }
+}
+
+/// Hundreds of tasks across six levels of a small wheel (tick 1 ms, 4 buckets: levels span 4,
+/// 16, 64, 256, 1024 and 4096 ms), the clock moved in random steps: every task runs exactly
+/// once, never before its deadline, and no later than the first advance at or past it (rounded
+/// up to the tick).
+#[test]
+fn every_task_runs_once_never_early_across_six_levels() {
+    let clock = ManualClock::new(0);
+    let timer = manual(&clock, 4);
+    let log = Log::default();
+    let mut rng = 42;
+    let mut deadlines = HashMap::new();
+    for id in 0..600u64 {
+        let delay = Duration::from_micros(splitmix(&mut rng) % 4_000_000);
+        let h = timer.add(delay, log.task(&clock, id)).unwrap();
+        deadlines.insert(id, h.deadline_ns());
+    }
+    assert!(timer.stats().levels >= 6, "levels: {}", timer.stats().levels);
+    while log.total() < 600 {
+        let before = clock.now_ns();
+        clock.advance(Duration::from_micros(1 + splitmix(&mut rng) % 3_000));
+        timer.advance();
+        let now = clock.now_ns();
+        for (&id, &d) in &deadlines {
+            let runs = log.runs(id);
+            // The wheel's time is the clock rounded down to the 1 ms tick.
+            let wheel_now = now - now % 1_000_000;
+            if d <= wheel_now {
+                assert_eq!(runs.len(), 1, "task {id} (deadline {d}) should have run by {now}");
+                assert!(runs[0] >= d, "task {id} ran early: {} < {d}", runs[0]);
+                assert!(runs[0] > before || runs[0] >= d, "ran at a stale time");
+            } else {
+                assert!(runs.is_empty(), "task {id} (deadline {d}) ran early at {now}");
+            }
+        }
+        assert!(clock.now_ms() < 10_000, "not all tasks ran");
+    }
+    assert_eq!(timer.len(), 0);
+    let st = timer.stats();
+    assert_eq!((st.scheduled, st.fired, st.cancelled), (600, 600, 0));
+    timer.check_invariants();
+}
+
+/// A zero delay, or a deadline already passed, dispatches the task at the next advance (inline
+/// mode) without waiting for a tick.
+#[test]
+fn already_expired_and_zero_delay_tasks_run_promptly() {
+    let clock = ManualClock::new(1_000);
+    let timer = manual(&clock, 20);
+    let log = Log::default();
+    let h0 = timer.add(Duration::ZERO, log.task(&clock, 0)).unwrap();
+    let h1 = timer.add_at(Duration::from_millis(10), log.task(&clock, 1)).unwrap();
+    assert!(h0.is_fired() && h1.is_fired(), "due at add time: dispatched at once");
+    assert!(!h0.cancel(), "a dispatched task cannot be cancelled");
+    assert_eq!(timer.advance(), 2, "both run at the next advance, no clock move needed");
+    assert_eq!(log.runs(0), vec![1_000_000_000]);
+    assert_eq!(log.runs(1), vec![1_000_000_000]);
+}
+
+/// Cancel before the deadline wins (true) and the task never runs; cancel after it ran loses.
+#[test]
+fn cancel_before_firing_wins_and_after_firing_loses() {
+    let clock = ManualClock::new(0);
+    let timer = manual(&clock, 20);
+    let log = Log::default();
+    let a = timer.add(5 * MS, log.task(&clock, 1)).unwrap();
+    let b = timer.add(5 * MS, log.task(&clock, 2)).unwrap();
+    assert!(a.is_pending());
+    assert!(a.cancel(), "pending task: cancel wins");
+    assert!(!a.cancel(), "second cancel loses");
+    assert!(a.is_cancelled() && !a.is_fired() && !a.is_pending());
+    assert_eq!(timer.len(), 1, "cancelled task leaves at once");
+    clock.advance(5 * MS);
+    assert_eq!(timer.advance(), 1);
+    assert!(log.runs(1).is_empty(), "cancelled task ran");
+    assert_eq!(log.runs(2).len(), 1);
+    assert!(!b.cancel(), "cancel after firing loses");
+    assert!(b.is_fired() && !b.is_cancelled());
+    let st = timer.stats();
+    assert_eq!((st.scheduled, st.fired, st.cancelled, st.pending), (2, 1, 1, 0));
+}
+
+/// The cancelled task's memory is released by cancel itself, not at its deadline.
+#[test]
+fn cancel_drops_the_task_at_once() {
+    struct DropCount(Arc<AtomicUsize>);
+    impl Drop for DropCount {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, SeqCst);
+        }
+    }
+    let clock = ManualClock::new(0);
+    let timer = manual(&clock, 20);
+    let drops = Arc::new(AtomicUsize::new(0));
+    let payload = DropCount(drops.clone());
+    let h = timer
+        .add(Duration::from_secs(3600), move || drop(payload))
+        .unwrap();
+    assert_eq!(drops.load(SeqCst), 0);
+    assert!(h.cancel());
+    assert_eq!(drops.load(SeqCst), 1, "the task (and what it owns) is dropped by cancel");
+}
+
+/// A panicking task is caught and counted; the other tasks still run, in the same advance and
+/// later ones.
+#[test]
+fn a_panicking_task_is_counted_and_the_timer_keeps_firing() {
+    let clock = ManualClock::new(0);
+    let timer = manual(&clock, 20);
+    let log = Log::default();
+    timer.add(MS, log.task(&clock, 1)).unwrap();
+    timer.add(MS, || panic!("task panics on purpose")).unwrap();
+    timer.add(MS, log.task(&clock, 2)).unwrap();
+    timer.add(2 * MS, log.task(&clock, 3)).unwrap();
+    clock.advance(MS);
+    assert_eq!(timer.advance(), 3);
+    clock.advance(MS);
+    assert_eq!(timer.advance(), 1);
+    assert_eq!(log.total(), 3);
+    let st = timer.stats();
+    assert_eq!((st.fired, st.panicked), (4, 1));
+}
+
+/// The same with the reaper thread and an executor thread on the manual clock: moving the clock
+/// wakes the reaper, a panicking task does not kill the executor.
+#[test]
+fn reaper_and_executor_survive_panics_on_the_manual_clock() {
+    let clock = ManualClock::new(0);
+    let timer = SystemTimer::builder().clock(clock.clone()).build();
+    let runs = Arc::new(AtomicUsize::new(0));
+    for i in 0..10 {
+        let r = runs.clone();
+        timer
+            .add((i + 1) * MS, move || {
+                if i % 3 == 0 {
+                    panic!("boom {i}");
+                }
+                r.fetch_add(1, SeqCst);
+            })
+            .unwrap();
+    }
+    clock.advance(20 * MS);
+    wait_until(|| timer.stats().fired == 10);
+    assert_eq!(runs.load(SeqCst), 6);
+    assert_eq!(timer.stats().panicked, 4);
+    // Still alive: a later task runs too.
+    let r = runs.clone();
+    timer
+        .add(MS, move || {
+            r.fetch_add(1, SeqCst);
+        })
+        .unwrap();
+    clock.advance(MS);
+    wait_until(|| runs.load(SeqCst) == 7);
+}
+
+/// Shutdown hands back exactly the tasks that neither ran nor were cancelled, and the handles
+/// say so; adds after shutdown hand the task back.
+#[test]
+fn shutdown_returns_exactly_the_tasks_that_never_ran() {
+    struct Tagged(u64, Arc<AtomicUsize>);
+    impl TimerTask for Tagged {
+        fn run(self) {
+            self.1.fetch_add(1, SeqCst);
+        }
+    }
+    let clock = ManualClock::new(0);
+    let timer: SystemTimer<Tagged> = Builder::new()
+        .clock(clock.clone())
+        .reaper(false)
+        .inline()
+        .build();
+    let ran = Arc::new(AtomicUsize::new(0));
+    let handles: Vec<_> = (0..100u64)
+        .map(|i| timer.add(MS * (i as u32 + 1), Tagged(i, ran.clone())).unwrap())
+        .collect();
+    for h in handles.iter().skip(50).step_by(5) {
+        assert!(h.cancel());
+    }
+    clock.advance(30 * MS);
+    assert_eq!(timer.advance(), 30);
+    let back = timer.shutdown();
+    let mut ids: Vec<u64> = back.iter().map(|t| t.0).collect();
+    ids.sort_unstable();
+    let expected: Vec<u64> = (30..100).filter(|i| !(i >= &50 && (i - 50) % 5 == 0)).collect();
+    assert_eq!(ids, expected);
+    assert_eq!(ran.load(SeqCst), 30);
+    assert!(handles[60].is_cancelled() && !handles[60].is_handed_back());
+    assert!(handles[61].is_handed_back() && !handles[61].is_fired());
+    assert!(!handles[61].cancel(), "cancel after shutdown returns false");
+    assert!(handles[0].is_fired());
+    let st = timer.stats();
+    assert_eq!((st.scheduled, st.fired, st.cancelled, st.handed_back, st.pending), (100, 30, 10, 60, 0));
+    match timer.add(MS, Tagged(999, ran.clone())) {
+        Err(ScheduleError::Shutdown(t)) => assert_eq!(t.0, 999),
+        other => panic!("expected Shutdown, got {other:?}"),
+    }
+    assert!(timer.shutdown().is_empty(), "second shutdown returns nothing");
+}
+
+/// Tasks already dispatched to the executor but not yet started are handed back by shutdown
+/// too (each task ends exactly one way).
+#[test]
+fn shutdown_hands_back_dispatched_tasks_that_have_not_started() {
+    let clock = ManualClock::new(0);
+    let timer = SystemTimer::builder().clock(clock.clone()).reaper(false).build();
+    let release = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let started = Arc::new(AtomicUsize::new(0));
+    for _ in 0..5 {
+        let (g, s) = (release.clone(), started.clone());
+        timer
+            .add(MS, move || {
+                s.fetch_add(1, SeqCst);
+                while !g.load(SeqCst) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            })
+            .unwrap();
+    }
+    clock.advance(MS);
+    assert_eq!(timer.advance(), 5, "all five dispatched to the executor");
+    wait_until(|| started.load(SeqCst) == 1); // the executor is stuck in the first task
+    let r = release.clone();
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        r.store(true, SeqCst);
+    });
+    let back = timer.shutdown();
+    t.join().unwrap();
+    assert_eq!(back.len(), 4, "the four queued tasks come back");
+    assert_eq!(started.load(SeqCst), 1);
+    let st = timer.stats();
+    assert_eq!((st.scheduled, st.fired, st.handed_back, st.pending), (5, 1, 4, 0));
+}
+
+/// With a cap, the add past it hands the task back; a cancel frees a slot.
+#[test]
+fn the_pending_cap_hands_the_task_back() {
+    let clock = ManualClock::new(0);
+    let timer: SystemTimer = SystemTimer::builder()
+        .clock(clock.clone())
+        .reaper(false)
+        .inline()
+        .max_pending(3)
+        .build();
+    let hs: Vec<_> = (0..3).map(|_| timer.add(MS, || ()).unwrap()).collect();
+    let e = timer.add(MS, || ()).unwrap_err();
+    assert!(e.is_full());
+    e.into_inner().run(); // the task came back and can still be run
+    assert!(hs[0].cancel());
+    let h = timer.add(MS, || ()).unwrap();
+    assert!(timer.add(MS, || ()).unwrap_err().is_full());
+    clock.advance(MS);
+    assert_eq!(timer.advance(), 3);
+    assert!(h.is_fired());
+    assert!(timer.add(MS, || ()).is_ok(), "fired tasks free their slots");
+}
+
+/// `Duration::MAX` saturates to "never": the task does not fire, even after a long time.
+#[test]
+fn a_huge_delay_never_fires() {
+    let clock = ManualClock::new(0);
+    let timer = manual(&clock, 20);
+    let log = Log::default();
+    let h = timer.add(Duration::MAX, log.task(&clock, 1)).unwrap();
+    let h2 = timer.add(Duration::from_secs(u64::MAX / 2), log.task(&clock, 2)).unwrap();
+    assert_eq!(h.deadline_ns(), u64::MAX);
+    for _ in 0..50 {
+        clock.advance(Duration::from_secs(365 * 24 * 3600));
+        timer.advance();
+    }
+    assert_eq!(log.total(), 0);
+    assert!(h.is_pending() && h2.is_pending());
+    assert_eq!(timer.len(), 2);
+}
+
+/// Advancing to a time ahead of the clock is clamped to the clock: `advance_to` never runs a
+/// task before the clock reaches its deadline.
+#[test]
+fn advance_to_beyond_the_clock_is_clamped() {
+    let clock = ManualClock::new(0);
+    let timer = manual(&clock, 20);
+    let log = Log::default();
+    timer.add(10 * MS, log.task(&clock, 1)).unwrap();
+    assert_eq!(timer.advance_to(1_000), 0);
+    clock.advance(10 * MS);
+    assert_eq!(timer.advance_to(clock.now_ms()), 1);
+}
+
+/// Kafka's blocking `advanceClock(timeout)`: returns false after waiting out the timeout with
+/// nothing due, true once a task became due (the manual clock's move wakes the wait).
+#[test]
+fn advance_clock_waits_for_the_next_bucket() {
+    let clock = ManualClock::new(0);
+    let timer = Arc::new(manual(&clock, 20));
+    let log = Log::default();
+    timer.add(5 * MS, log.task(&clock, 1)).unwrap();
+    let c2 = clock.clone();
+    let mover = std::thread::spawn(move || {
+        for _ in 0..3 {
+            std::thread::sleep(Duration::from_millis(20));
+            c2.advance(2 * MS);
+        }
+    });
+    let t0 = Instant::now();
+    assert!(timer.advance_clock(Duration::from_secs(30)));
+    assert!(t0.elapsed() < Duration::from_secs(20), "hung");
+    assert_eq!(log.total(), 1);
+    mover.join().unwrap();
+    // Nothing queued: waits out a (manual-clock) timeout of 1 ms once the clock moves past it.
+    let c3 = clock.clone();
+    let mover = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        c3.advance(5 * MS);
+    });
+    assert!(!timer.advance_clock(MS));
+    mover.join().unwrap();
+}
+
+/// Scheduling from many threads onto a reaper-driven timer on the manual clock: all run once.
+#[test]
+fn concurrent_adds_with_the_reaper_on_the_manual_clock() {
+    let clock = ManualClock::new(0);
+    let timer = Arc::new(SystemTimer::builder().clock(clock.clone()).wheel_size(8).build());
+    let runs = Arc::new(AtomicUsize::new(0));
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let (timer, runs) = (timer.clone(), runs.clone());
+            std::thread::spawn(move || {
+                for i in 0..500u64 {
+                    let r = runs.clone();
+                    timer
+                        .add(Duration::from_millis(1 + (i * 7 + t) % 300), move || {
+                            r.fetch_add(1, SeqCst);
+                        })
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    for _ in 0..40 {
+        clock.advance(10 * MS);
+    }
+    wait_until(|| runs.load(SeqCst) == 2000);
+    wait_until(|| timer.is_empty());
+    timer.check_invariants();
+}
+
+/// After the timer is dropped, none of its threads remains.
+#[test]
+fn dropping_the_timer_joins_its_threads() {
+    fn timer_threads(prefix: &str) -> usize {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .flatten()
+            .filter(|t| {
+                std::fs::read_to_string(t.path().join("comm"))
+                    .map(|c| c.starts_with(prefix))
+                    .unwrap_or(false)
+            })
+            .count()
+    }
+    let timer = SystemTimer::builder().name("tjoin").executor_threads(3).build();
+    timer.add(Duration::from_secs(60), || ()).unwrap();
+    // Threads name themselves once they start.
+    wait_until(|| timer_threads("tjoin-") == 4);
+    let t0 = Instant::now();
+    drop(timer);
+    assert!(t0.elapsed() < Duration::from_secs(5), "shutdown is prompt");
+    assert_eq!(timer_threads("tjoin-"), 0, "a timer thread outlived the timer");
+}
+
+/// Bad configurations are errors with a message, not hangs or later panics.
+#[test]
+fn bad_configurations_are_rejected() {
+    use system_timer::BuildError;
+    let e = SystemTimer::builder().tick(Duration::ZERO).try_build().unwrap_err();
+    assert_eq!(e, BuildError::ZeroTick);
+    assert!(matches!(
+        SystemTimer::builder().wheel_size(1).try_build().unwrap_err(),
+        BuildError::Wheel(_)
+    ));
+    assert_eq!(
+        SystemTimer::builder().executor_threads(0).try_build().unwrap_err(),
+        BuildError::NoExecutorThreads
+    );
+    assert!(e.to_string().contains("tick"));
+    let r = std::panic::catch_unwind(|| SystemTimer::builder().wheel_size(0).build());
+    assert!(r.is_err(), "build() panics with the message");
+}
+
+/// Waits (up to a generous hang timeout) for a condition driven by the timer's threads.
+fn wait_until(cond: impl Fn() -> bool) {
+    let t0 = Instant::now();
+    while !cond() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "timed out waiting (hang)");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
