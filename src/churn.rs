@@ -24,6 +24,10 @@ pub trait ChurnTarget {
     fn cancel(&mut self, handle: &Self::Handle) -> bool;
     /// Pending tasks (to check the run did what it claims).
     fn len(&self) -> usize;
+    /// True when nothing is pending.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     /// False for targets on a real clock, where a task with a short delay may fire during the
     /// add phase (so a few cancels lose, and the counts are only checked approximately).
     const EXACT: bool = true;
@@ -86,7 +90,10 @@ pub fn run_once<C: ChurnTarget>(target: &mut C, delays: &[u64]) -> ChurnFigures 
         assert_eq!(cancelled, expected, "cancel phase missed tasks");
     } else {
         // Only tasks whose (short) delay ran out during the run may have fired first.
-        assert!(cancelled + expected / 50 >= expected, "cancel phase missed tasks: {cancelled}");
+        assert!(
+            cancelled + expected / 50 >= expected,
+            "cancel phase missed tasks: {cancelled}"
+        );
     }
     let n_cancel = expected.max(1) as f64;
     let n = n.max(1) as f64;
@@ -99,7 +106,11 @@ pub fn run_once<C: ChurnTarget>(target: &mut C, delays: &[u64]) -> ChurnFigures 
 }
 
 /// Runs W1 `runs` times on fresh targets from `make` and returns the per-field medians.
-pub fn run_median<C: ChurnTarget>(runs: usize, delays: &[u64], mut make: impl FnMut() -> C) -> ChurnFigures {
+pub fn run_median<C: ChurnTarget>(
+    runs: usize,
+    delays: &[u64],
+    mut make: impl FnMut() -> C,
+) -> ChurnFigures {
     let all: Vec<ChurnFigures> = (0..runs.max(1))
         .map(|_| {
             let mut t = make();
@@ -242,7 +253,9 @@ impl ChurnTarget for TimerTarget {
         let task = move || {
             std::hint::black_box(id);
         };
-        self.0.add(Duration::from_millis(delay_ms), task).expect("timer running")
+        self.0
+            .add(Duration::from_millis(delay_ms), task)
+            .expect("timer running")
     }
     #[inline]
     fn cancel(&mut self, h: &Self::Handle) -> bool {
@@ -285,7 +298,9 @@ impl ChurnTarget for TypedTimerTarget {
     const EXACT: bool = false;
     #[inline]
     fn add(&mut self, delay_ms: u64, id: u64) -> Self::Handle {
-        self.0.add(Duration::from_millis(delay_ms), IdTask(id)).expect("timer running")
+        self.0
+            .add(Duration::from_millis(delay_ms), IdTask(id))
+            .expect("timer running")
     }
     #[inline]
     fn cancel(&mut self, h: &Self::Handle) -> bool {

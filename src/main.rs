@@ -11,7 +11,10 @@ use kafka_timer::churn::{
 use kafka_timer::measure::machine_line;
 
 #[derive(Parser, Debug)]
-#[command(version, about = "Kafka-style timer and purgatory: workloads of BENCHMARKS.md")]
+#[command(
+    version,
+    about = "Kafka-style timer and purgatory: workloads of BENCHMARKS.md"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Cmd>,
@@ -72,7 +75,11 @@ fn main() {
     match cli.command {
         Some(Cmd::W1(a)) => w1(&a),
         Some(Cmd::W5(a)) => w5(&a),
-        Some(Cmd::RssProbe { r#impl, n, range_ms }) => {
+        Some(Cmd::RssProbe {
+            r#impl,
+            n,
+            range_ms,
+        }) => {
             println!("{}", churn::rss_probe(&r#impl, n, range_ms));
         }
         None => {
@@ -112,7 +119,15 @@ fn bytes_per_task(name: &str, n: usize, range_ms: u64) -> Option<f64> {
     let exe = std::env::current_exe().ok()?;
     let probe = |n: usize| -> Option<u64> {
         let out = Command::new(&exe)
-            .args(["rss-probe", "--impl", name, "--n", &n.to_string(), "--range-ms", &range_ms.to_string()])
+            .args([
+                "rss-probe",
+                "--impl",
+                name,
+                "--n",
+                &n.to_string(),
+                "--range-ms",
+                &range_ms.to_string(),
+            ])
             .output()
             .ok()?;
         String::from_utf8_lossy(&out.stdout).trim().parse().ok()
@@ -122,7 +137,10 @@ fn bytes_per_task(name: &str, n: usize, range_ms: u64) -> Option<f64> {
 }
 
 fn w1(a: &W1Args) {
-    println!("W1 churn: N = {}, delay 1..={} ms, cancel 90%, medians of {} runs", a.n, a.range_ms, a.runs);
+    println!(
+        "W1 churn: N = {}, delay 1..={} ms, cancel 90%, medians of {} runs",
+        a.n, a.range_ms, a.runs
+    );
     println!("machine: {}", machine_line());
     println!(
         "{:<18} {:>10} {:>12} {:>12} {:>14} {:>12}",
@@ -131,7 +149,11 @@ fn w1(a: &W1Args) {
     let delays = churn::delays(a.n, a.range_ms);
     for name in &a.impls {
         let f = measure(name, a.runs, &delays);
-        let bytes = if a.no_bytes { None } else { bytes_per_task(name, a.n, a.range_ms) };
+        let bytes = if a.no_bytes {
+            None
+        } else {
+            bytes_per_task(name, a.n, a.range_ms)
+        };
         println!(
             "{:<18} {:>10.1} {:>12.1} {:>12.1} {:>14.1} {:>12}",
             name,
@@ -145,7 +167,10 @@ fn w1(a: &W1Args) {
 }
 
 fn w5(a: &W5Args) {
-    println!("W5 scale: add / cancel ns/op by pending N (delay range N × 0.03 ms), medians of {} runs", a.runs);
+    println!(
+        "W5 scale: add / cancel ns/op by pending N (delay range N × 0.03 ms), medians of {} runs",
+        a.runs
+    );
     println!("machine: {}", machine_line());
     print!("{:<18}", "impl");
     for n in &a.sizes {
@@ -164,7 +189,14 @@ fn w5(a: &W5Args) {
             last = Some(f);
         }
         if let (Some(a0), Some(a1)) = (first, last) {
-            print!(" {:>12}", format!("{:.2} / {:.2}", a1.add_ns / a0.add_ns, a1.cancel_ns / a0.cancel_ns));
+            print!(
+                " {:>12}",
+                format!(
+                    "{:.2} / {:.2}",
+                    a1.add_ns / a0.add_ns,
+                    a1.cancel_ns / a0.cancel_ns
+                )
+            );
         }
         println!();
     }

@@ -13,7 +13,11 @@ pub fn process_cpu_ns() -> u64 {
     if let Ok(dir) = fs::read_dir("/proc/self/task") {
         for task in dir.flatten() {
             if let Ok(s) = fs::read_to_string(task.path().join("schedstat")) {
-                live += s.split_whitespace().next().and_then(|v| v.parse().ok()).unwrap_or(0);
+                live += s
+                    .split_whitespace()
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
             }
         }
     }

@@ -72,7 +72,9 @@ impl Clock for SystemClock {
     }
 
     fn sleep_for(&self, deadline_ns: u64) -> Option<Duration> {
-        Some(Duration::from_nanos(deadline_ns.saturating_sub(self.now_ns())))
+        Some(Duration::from_nanos(
+            deadline_ns.saturating_sub(self.now_ns()),
+        ))
     }
 }
 
@@ -126,7 +128,9 @@ impl ManualClock {
         let _ = self
             .inner
             .now_ns
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| Some(t.saturating_add(ns)));
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
+                Some(t.saturating_add(ns))
+            });
         self.wake();
     }
 
@@ -175,7 +179,9 @@ impl Clock for ManualClock {
 
 impl fmt::Debug for ManualClock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ManualClock").field("now_ns", &self.now_ns()).finish()
+        f.debug_struct("ManualClock")
+            .field("now_ns", &self.now_ns())
+            .finish()
     }
 }
 
@@ -198,7 +204,11 @@ mod tests {
         assert_eq!(hits.load(Ordering::Relaxed), 2);
         drop(waker);
         c.advance(Duration::from_millis(1));
-        assert_eq!(hits.load(Ordering::Relaxed), 2, "dropped subscribers are not called");
+        assert_eq!(
+            hits.load(Ordering::Relaxed),
+            2,
+            "dropped subscribers are not called"
+        );
         assert_eq!(c.sleep_for(u64::MAX), None);
     }
 

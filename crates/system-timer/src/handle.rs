@@ -29,7 +29,11 @@ pub struct TimerHandle<T> {
 
 impl<T> TimerHandle<T> {
     #[inline(always)]
-    pub(crate) fn new(entry: Option<EntryHandle<T>>, deadline_ns: u64, cap: Option<Arc<Cap>>) -> Self {
+    pub(crate) fn new(
+        entry: Option<EntryHandle<T>>,
+        deadline_ns: u64,
+        cap: Option<Arc<Cap>>,
+    ) -> Self {
         TimerHandle {
             entry,
             deadline_ns,

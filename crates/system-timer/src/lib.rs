@@ -38,7 +38,12 @@
 //! threads add in parallel; the reaper takes every shard lock (the write side) to advance the
 //! wheel and collect due tasks, releases them, and only then dispatches. See the ground rules at
 //! the top of `timer.rs` and `reaper.rs`.
-#![warn(missing_docs, missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
+#![warn(
+    missing_docs,
+    missing_debug_implementations,
+    unreachable_pub,
+    rust_2018_idioms
+)]
 #![cfg_attr(loom, allow(dead_code))]
 
 mod clock;

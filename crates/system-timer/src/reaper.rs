@@ -105,12 +105,16 @@ pub(crate) fn start<T: TimerTask>(
     let mut threads = Threads::default();
     let parker = Arc::clone(&inner.parker);
     let waker: Arc<dyn Fn() + Send + Sync> = Arc::new(move || parker.unpark());
-    inner.clock.subscribe(Arc::downgrade(&waker) as Weak<dyn Fn() + Send + Sync>);
+    inner
+        .clock
+        .subscribe(Arc::downgrade(&waker) as Weak<dyn Fn() + Send + Sync>);
     threads.waker = Some(waker);
     if let Some(rx) = receiver {
         for i in 0..executors {
             let (inner2, rx) = (Arc::clone(inner), rx.clone());
-            let t = spawn_named(format!("{}-executor-{i}", inner.name), move || executor_loop(&inner2, &rx));
+            let t = spawn_named(format!("{}-executor-{i}", inner.name), move || {
+                executor_loop(&inner2, &rx)
+            });
             match t {
                 Ok(t) => threads.executors.push(t),
                 Err(e) => return Err(abort_start(inner, threads, e)),
@@ -130,7 +134,11 @@ pub(crate) fn start<T: TimerTask>(
 
 /// A spawn failed half-way: stop and join whatever was started, so no thread outlives the
 /// failed build, and report the error.
-fn abort_start<T: TimerTask>(inner: &Inner<T>, mut threads: Threads, e: std::io::Error) -> std::io::Error {
+fn abort_start<T: TimerTask>(
+    inner: &Inner<T>,
+    mut threads: Threads,
+    e: std::io::Error,
+) -> std::io::Error {
     inner.stopping.store(true, Ordering::Release);
     *inner.dispatch.lock() = crate::timer::Dispatch::Closed;
     threads.stop_reaper(inner);

@@ -59,7 +59,11 @@ impl Histogram {
     }
 
     pub(crate) fn snapshot(&self) -> Lateness {
-        let counts: Vec<u64> = self.buckets.iter().map(|b| b.load(Ordering::Relaxed)).collect();
+        let counts: Vec<u64> = self
+            .buckets
+            .iter()
+            .map(|b| b.load(Ordering::Relaxed))
+            .collect();
         let total: u64 = counts.iter().sum();
         let max = self.max.load(Ordering::Relaxed);
         let q = |q: f64| -> u64 {
@@ -78,7 +82,7 @@ impl Histogram {
         };
         Lateness {
             count: total,
-            mean_ns: if total == 0 { 0 } else { self.sum.load(Ordering::Relaxed) / total },
+            mean_ns: self.sum.load(Ordering::Relaxed).checked_div(total).unwrap_or(0),
             p50_ns: q(0.50),
             p99_ns: q(0.99),
             p999_ns: q(0.999),
@@ -192,11 +196,27 @@ mod tests {
             }
             prev_upper = Some(up);
         }
-        for v in [0, 1, 7, 8, 9, 15, 16, 1000, 1 << 20, 123_456_789, u64::MAX / 3, u64::MAX] {
+        for v in [
+            0,
+            1,
+            7,
+            8,
+            9,
+            15,
+            16,
+            1000,
+            1 << 20,
+            123_456_789,
+            u64::MAX / 3,
+            u64::MAX,
+        ] {
             let i = Histogram::index(v);
             assert!(v <= Histogram::upper(i), "{v} above its bucket {i}");
             if i > 0 {
-                assert!(v > Histogram::upper(i - 1), "{v} belongs to an earlier bucket");
+                assert!(
+                    v > Histogram::upper(i - 1),
+                    "{v} belongs to an earlier bucket"
+                );
             }
             assert!(Histogram::upper(i) - v <= v / 8 + 1, "{v}: bucket too wide");
         }
@@ -212,7 +232,11 @@ mod tests {
         assert_eq!(s.count, 1000);
         assert_eq!(s.max_ns, 1_000_000);
         assert!((500_000..=563_000).contains(&s.p50_ns), "p50 {}", s.p50_ns);
-        assert!((990_000..=1_000_000).contains(&s.p99_ns), "p99 {}", s.p99_ns);
+        assert!(
+            (990_000..=1_000_000).contains(&s.p99_ns),
+            "p99 {}",
+            s.p99_ns
+        );
         assert_eq!(s.mean_ns, 500_500);
         assert_eq!(Histogram::new().snapshot(), Lateness::default());
     }

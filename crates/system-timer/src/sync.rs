@@ -4,7 +4,12 @@
 //! (`clippy.toml` bans them elsewhere). Both halves expose the same surface, except the blocking
 //! pieces (`Condvar`, `thread`) that only the reaper and executor use: those are compiled out
 //! under loom, where models drive the timer by hand.
-#![allow(dead_code, unused_imports, clippy::disallowed_types, clippy::disallowed_methods)]
+#![allow(
+    dead_code,
+    unused_imports,
+    clippy::disallowed_types,
+    clippy::disallowed_methods
+)]
 
 #[cfg(not(loom))]
 mod imp {

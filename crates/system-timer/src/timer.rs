@@ -324,8 +324,9 @@ impl<T: TimerTask> Builder<T> {
         });
         #[cfg(not(loom))]
         {
-            let threads = crate::reaper::start(&inner, self.reaper, self.executor_threads, receiver)
-                .map_err(|e| BuildError::Spawn(e.to_string()))?;
+            let threads =
+                crate::reaper::start(&inner, self.reaper, self.executor_threads, receiver)
+                    .map_err(|e| BuildError::Spawn(e.to_string()))?;
             Ok(SystemTimer {
                 inner,
                 threads: Mutex::new(threads),
@@ -406,7 +407,11 @@ impl<T: TimerTask> SystemTimer<T> {
     /// ```
     #[doc(alias = "schedule")]
     #[inline(always)]
-    pub fn add(&self, delay: Duration, task: impl Into<T>) -> Result<TimerHandle<T>, ScheduleError<T>> {
+    pub fn add(
+        &self,
+        delay: Duration,
+        task: impl Into<T>,
+    ) -> Result<TimerHandle<T>, ScheduleError<T>> {
         let now = self.inner.clock.now_ns();
         let delay = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
         self.inner.schedule(now.saturating_add(delay), task.into())
@@ -429,7 +434,11 @@ impl<T: TimerTask> SystemTimer<T> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[inline]
-    pub fn add_at(&self, deadline: Duration, task: impl Into<T>) -> Result<TimerHandle<T>, ScheduleError<T>> {
+    pub fn add_at(
+        &self,
+        deadline: Duration,
+        task: impl Into<T>,
+    ) -> Result<TimerHandle<T>, ScheduleError<T>> {
         let deadline = u64::try_from(deadline.as_nanos()).unwrap_or(u64::MAX);
         self.inner.schedule(deadline, task.into())
     }
@@ -541,7 +550,10 @@ impl<T: TimerTask> SystemTimer<T> {
         let closed = std::mem::replace(&mut *inner.dispatch.lock(), Dispatch::Closed);
         match closed {
             Dispatch::Inline(jobs) => {
-                inner.stats.returned.fetch_add(jobs.len() as u64, Ordering::Relaxed);
+                inner
+                    .stats
+                    .returned
+                    .fetch_add(jobs.len() as u64, Ordering::Relaxed);
                 out.extend(jobs.into_iter().map(|j| j.task));
             }
             #[cfg(not(loom))]
@@ -591,7 +603,11 @@ impl<T: TimerTask> fmt::Debug for SystemTimer<T> {
 
 impl<T: TimerTask> Inner<T> {
     #[inline(always)]
-    pub(crate) fn schedule(&self, deadline_ns: u64, task: T) -> Result<TimerHandle<T>, ScheduleError<T>> {
+    pub(crate) fn schedule(
+        &self,
+        deadline_ns: u64,
+        task: T,
+    ) -> Result<TimerHandle<T>, ScheduleError<T>> {
         if let Some(cap) = &self.cap {
             if cap.used.fetch_add(1, Ordering::AcqRel) >= cap.max {
                 cap.used.fetch_sub(1, Ordering::AcqRel);
@@ -604,7 +620,11 @@ impl<T: TimerTask> Inner<T> {
                 if added.earliest {
                     self.parker.unpark();
                 }
-                Ok(TimerHandle::new(Some(added.handle), deadline_ns, self.cap.clone()))
+                Ok(TimerHandle::new(
+                    Some(added.handle),
+                    deadline_ns,
+                    self.cap.clone(),
+                ))
             }
             Err(e) => {
                 if let Some(cap) = &self.cap {
@@ -686,7 +706,8 @@ impl<T: TimerTask> Inner<T> {
         if n > 0 {
             self.deliver(jobs);
         }
-        if self.running.fetch_sub(1, Ordering::AcqRel) == 1 && self.stopping.load(Ordering::Acquire) {
+        if self.running.fetch_sub(1, Ordering::AcqRel) == 1 && self.stopping.load(Ordering::Acquire)
+        {
             #[cfg(not(loom))]
             self.parker.unpark();
         }
@@ -718,7 +739,9 @@ impl<T: TimerTask> Inner<T> {
                 _ => {
                     let n = jobs.len() as u64;
                     self.stats.returned.fetch_add(n, Ordering::Relaxed);
-                    self.returned.lock().extend(jobs.into_iter().map(|j| j.task));
+                    self.returned
+                        .lock()
+                        .extend(jobs.into_iter().map(|j| j.task));
                 }
             }
         }

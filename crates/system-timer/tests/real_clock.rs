@@ -1,7 +1,7 @@
 //! Properties on the real (system) clock: nothing fires early, nothing is lost. No exact
 //! timings are asserted; timeouts only catch hangs.
 #![cfg(not(loom))]
-#![allow(clippy::disallowed_methods)] // measures with std's monotonic clock on purpose
+#![allow(clippy::disallowed_methods, clippy::disallowed_types)] // std clock and locks on purpose
 
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
@@ -40,10 +40,17 @@ fn ten_thousand_tasks_none_early_in_nanoseconds() {
         std::thread::sleep(Duration::from_millis(5));
     }
     std::thread::sleep(Duration::from_millis(20));
-    assert!(early.lock().unwrap().is_empty(), "early fires: {:?}", early.lock().unwrap());
+    assert!(
+        early.lock().unwrap().is_empty(),
+        "early fires: {:?}",
+        early.lock().unwrap()
+    );
     assert!(runs.iter().all(|r| r.load(SeqCst) == 1), "a task ran twice");
     let st = timer.stats();
-    assert_eq!((st.scheduled, st.fired, st.pending), (N as u64, N as u64, 0));
+    assert_eq!(
+        (st.scheduled, st.fired, st.pending),
+        (N as u64, N as u64, 0)
+    );
     assert_eq!(st.lateness.count, N as u64);
     assert!(timer.shutdown().is_empty());
 }
@@ -57,7 +64,11 @@ fn an_idle_reaper_does_not_wake_up() {
     std::thread::sleep(Duration::from_millis(100)); // let the reaper settle
     let before = timer.stats().reaper_wakeups;
     std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(timer.stats().reaper_wakeups, before, "the reaper woke while idle");
+    assert_eq!(
+        timer.stats().reaper_wakeups,
+        before,
+        "the reaper woke while idle"
+    );
 }
 
 /// Shutdown is prompt even when the reaper is asleep for a long time.
@@ -74,7 +85,11 @@ fn shutdown_is_prompt() {
     std::thread::sleep(Duration::from_millis(50));
     let t0 = Instant::now();
     let back = timer.shutdown();
-    assert!(t0.elapsed() < Duration::from_secs(5), "shutdown waited: {:?}", t0.elapsed());
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "shutdown waited: {:?}",
+        t0.elapsed()
+    );
     assert_eq!(back.len(), 1);
     assert_eq!(fired.load(SeqCst), 0);
 }
@@ -87,6 +102,9 @@ fn an_earlier_add_wakes_the_reaper() {
     timer.add(Duration::from_secs(3600), || ()).unwrap();
     std::thread::sleep(Duration::from_millis(50));
     let (tx, rx) = std::sync::mpsc::channel();
-    timer.add(Duration::from_millis(5), move || tx.send(()).unwrap()).unwrap();
-    rx.recv_timeout(Duration::from_secs(30)).expect("the reaper slept through an earlier task");
+    timer
+        .add(Duration::from_millis(5), move || tx.send(()).unwrap())
+        .unwrap();
+    rx.recv_timeout(Duration::from_secs(30))
+        .expect("the reaper slept through an earlier task");
 }

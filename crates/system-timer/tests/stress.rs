@@ -1,7 +1,7 @@
 //! Stress: many threads adding and cancelling while the reaper fires, on the real clock. The
 //! counters must reconcile exactly and every task must end exactly one way.
 #![cfg(not(loom))]
-#![allow(clippy::disallowed_methods)]
+#![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
 use std::sync::atomic::{AtomicU8, Ordering::SeqCst};
 use std::sync::Arc;
@@ -47,7 +47,15 @@ fn four_threads_quarter_million_ops_each_reconcile_exactly() {
                 for i in 0..OPS {
                     let id = t * OPS + i;
                     let delay = Duration::from_micros(next() % 40_000);
-                    let h = timer.add(delay, Tracked { id, runs: runs.clone() }).unwrap();
+                    let h = timer
+                        .add(
+                            delay,
+                            Tracked {
+                                id,
+                                runs: runs.clone(),
+                            },
+                        )
+                        .unwrap();
                     handles.push(h);
                     if next() % 3 == 0 {
                         let victim = (next() % handles.len() as u64) as usize;
@@ -102,6 +110,10 @@ fn four_threads_quarter_million_ops_each_reconcile_exactly() {
     assert_eq!(st.cancelled, all_cancelled.len() as u64);
     assert_eq!(st.handed_back, back.len() as u64);
     assert_eq!(st.pending, 0);
-    assert_eq!(st.scheduled, st.fired + st.cancelled + st.handed_back, "{st:?}");
+    assert_eq!(
+        st.scheduled,
+        st.fired + st.cancelled + st.handed_back,
+        "{st:?}"
+    );
     timer.check_invariants();
 }

@@ -1,7 +1,7 @@
 //! Behaviour of `SystemTimer` on the manual clock: deterministic, no sleeps. Real-clock
 //! properties live in `real_clock.rs`; the multi-threaded stress in `stress.rs`.
 #![cfg(not(loom))]
-#![allow(clippy::disallowed_methods)] // tests spawn threads and use std locks freely
+#![allow(clippy::disallowed_methods, clippy::disallowed_types)] // tests use std threads and locks freely
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
@@ -38,7 +38,14 @@ struct Log(Arc<Mutex<HashMap<u64, Vec<u64>>>>);
 impl Log {
     fn task(&self, clock: &ManualClock, id: u64) -> impl FnOnce() + Send + 'static {
         let (log, clock) = (self.clone(), clock.clone());
-        move || log.0.lock().unwrap().entry(id).or_default().push(clock.now_ns())
+        move || {
+            log.0
+                .lock()
+                .unwrap()
+                .entry(id)
+                .or_default()
+                .push(clock.now_ns())
+        }
     }
     fn runs(&self, id: u64) -> Vec<u64> {
         self.0.lock().unwrap().get(&id).cloned().unwrap_or_default()
@@ -64,7 +71,11 @@ fn every_task_runs_once_never_early_across_six_levels() {
         let h = timer.add(delay, log.task(&clock, id)).unwrap();
         deadlines.insert(id, h.deadline_ns());
     }
-    assert!(timer.stats().levels >= 6, "levels: {}", timer.stats().levels);
+    assert!(
+        timer.stats().levels >= 6,
+        "levels: {}",
+        timer.stats().levels
+    );
     while log.total() < 600 {
         let before = clock.now_ns();
         clock.advance(Duration::from_micros(1 + splitmix(&mut rng) % 3_000));
@@ -75,11 +86,18 @@ fn every_task_runs_once_never_early_across_six_levels() {
             // The wheel's time is the clock rounded down to the 1 ms tick.
             let wheel_now = now - now % 1_000_000;
             if d <= wheel_now {
-                assert_eq!(runs.len(), 1, "task {id} (deadline {d}) should have run by {now}");
+                assert_eq!(
+                    runs.len(),
+                    1,
+                    "task {id} (deadline {d}) should have run by {now}"
+                );
                 assert!(runs[0] >= d, "task {id} ran early: {} < {d}", runs[0]);
                 assert!(runs[0] > before || runs[0] >= d, "ran at a stale time");
             } else {
-                assert!(runs.is_empty(), "task {id} (deadline {d}) ran early at {now}");
+                assert!(
+                    runs.is_empty(),
+                    "task {id} (deadline {d}) ran early at {now}"
+                );
             }
         }
         assert!(clock.now_ms() < 10_000, "not all tasks ran");
@@ -98,10 +116,19 @@ fn already_expired_and_zero_delay_tasks_run_promptly() {
     let timer = manual(&clock, 20);
     let log = Log::default();
     let h0 = timer.add(Duration::ZERO, log.task(&clock, 0)).unwrap();
-    let h1 = timer.add_at(Duration::from_millis(10), log.task(&clock, 1)).unwrap();
-    assert!(h0.is_fired() && h1.is_fired(), "due at add time: dispatched at once");
+    let h1 = timer
+        .add_at(Duration::from_millis(10), log.task(&clock, 1))
+        .unwrap();
+    assert!(
+        h0.is_fired() && h1.is_fired(),
+        "due at add time: dispatched at once"
+    );
     assert!(!h0.cancel(), "a dispatched task cannot be cancelled");
-    assert_eq!(timer.advance(), 2, "both run at the next advance, no clock move needed");
+    assert_eq!(
+        timer.advance(),
+        2,
+        "both run at the next advance, no clock move needed"
+    );
     assert_eq!(log.runs(0), vec![1_000_000_000]);
     assert_eq!(log.runs(1), vec![1_000_000_000]);
 }
@@ -126,7 +153,10 @@ fn cancel_before_firing_wins_and_after_firing_loses() {
     assert!(!b.cancel(), "cancel after firing loses");
     assert!(b.is_fired() && !b.is_cancelled());
     let st = timer.stats();
-    assert_eq!((st.scheduled, st.fired, st.cancelled, st.pending), (2, 1, 1, 0));
+    assert_eq!(
+        (st.scheduled, st.fired, st.cancelled, st.pending),
+        (2, 1, 1, 0)
+    );
 }
 
 /// The cancelled task's memory is released by cancel itself, not at its deadline.
@@ -147,7 +177,11 @@ fn cancel_drops_the_task_at_once() {
         .unwrap();
     assert_eq!(drops.load(SeqCst), 0);
     assert!(h.cancel());
-    assert_eq!(drops.load(SeqCst), 1, "the task (and what it owns) is dropped by cancel");
+    assert_eq!(
+        drops.load(SeqCst),
+        1,
+        "the task (and what it owns) is dropped by cancel"
+    );
 }
 
 /// A panicking task is caught and counted; the other tasks still run, in the same advance and
@@ -221,7 +255,11 @@ fn shutdown_returns_exactly_the_tasks_that_never_ran() {
         .build();
     let ran = Arc::new(AtomicUsize::new(0));
     let handles: Vec<_> = (0..100u64)
-        .map(|i| timer.add(MS * (i as u32 + 1), Tagged(i, ran.clone())).unwrap())
+        .map(|i| {
+            timer
+                .add(MS * (i as u32 + 1), Tagged(i, ran.clone()))
+                .unwrap()
+        })
         .collect();
     for h in handles.iter().skip(50).step_by(5) {
         assert!(h.cancel());
@@ -231,7 +269,9 @@ fn shutdown_returns_exactly_the_tasks_that_never_ran() {
     let back = timer.shutdown();
     let mut ids: Vec<u64> = back.iter().map(|t| t.0).collect();
     ids.sort_unstable();
-    let expected: Vec<u64> = (30..100).filter(|i| !(i >= &50 && (i - 50) % 5 == 0)).collect();
+    let expected: Vec<u64> = (30..100)
+        .filter(|i| !(i >= &50 && (i - 50) % 5 == 0))
+        .collect();
     assert_eq!(ids, expected);
     assert_eq!(ran.load(SeqCst), 30);
     assert!(handles[60].is_cancelled() && !handles[60].is_handed_back());
@@ -239,12 +279,24 @@ fn shutdown_returns_exactly_the_tasks_that_never_ran() {
     assert!(!handles[61].cancel(), "cancel after shutdown returns false");
     assert!(handles[0].is_fired());
     let st = timer.stats();
-    assert_eq!((st.scheduled, st.fired, st.cancelled, st.handed_back, st.pending), (100, 30, 10, 60, 0));
+    assert_eq!(
+        (
+            st.scheduled,
+            st.fired,
+            st.cancelled,
+            st.handed_back,
+            st.pending
+        ),
+        (100, 30, 10, 60, 0)
+    );
     match timer.add(MS, Tagged(999, ran.clone())) {
         Err(ScheduleError::Shutdown(t)) => assert_eq!(t.0, 999),
         other => panic!("expected Shutdown, got {other:?}"),
     }
-    assert!(timer.shutdown().is_empty(), "second shutdown returns nothing");
+    assert!(
+        timer.shutdown().is_empty(),
+        "second shutdown returns nothing"
+    );
 }
 
 /// Tasks already dispatched to the executor but not yet started are handed back by shutdown
@@ -252,7 +304,10 @@ fn shutdown_returns_exactly_the_tasks_that_never_ran() {
 #[test]
 fn shutdown_hands_back_dispatched_tasks_that_have_not_started() {
     let clock = ManualClock::new(0);
-    let timer = SystemTimer::builder().clock(clock.clone()).reaper(false).build();
+    let timer = SystemTimer::builder()
+        .clock(clock.clone())
+        .reaper(false)
+        .build();
     let release = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let started = Arc::new(AtomicUsize::new(0));
     for _ in 0..5 {
@@ -279,7 +334,10 @@ fn shutdown_hands_back_dispatched_tasks_that_have_not_started() {
     assert_eq!(back.len(), 4, "the four queued tasks come back");
     assert_eq!(started.load(SeqCst), 1);
     let st = timer.stats();
-    assert_eq!((st.scheduled, st.fired, st.handed_back, st.pending), (5, 1, 4, 0));
+    assert_eq!(
+        (st.scheduled, st.fired, st.handed_back, st.pending),
+        (5, 1, 4, 0)
+    );
 }
 
 /// With a cap, the add past it hands the task back; a cancel frees a slot.
@@ -312,7 +370,9 @@ fn a_huge_delay_never_fires() {
     let timer = manual(&clock, 20);
     let log = Log::default();
     let h = timer.add(Duration::MAX, log.task(&clock, 1)).unwrap();
-    let h2 = timer.add(Duration::from_secs(u64::MAX / 2), log.task(&clock, 2)).unwrap();
+    let h2 = timer
+        .add(Duration::from_secs(u64::MAX / 2), log.task(&clock, 2))
+        .unwrap();
     assert_eq!(h.deadline_ns(), u64::MAX);
     for _ in 0..50 {
         clock.advance(Duration::from_secs(365 * 24 * 3600));
@@ -370,7 +430,12 @@ fn advance_clock_waits_for_the_next_bucket() {
 #[test]
 fn concurrent_adds_with_the_reaper_on_the_manual_clock() {
     let clock = ManualClock::new(0);
-    let timer = Arc::new(SystemTimer::builder().clock(clock.clone()).wheel_size(8).build());
+    let timer = Arc::new(
+        SystemTimer::builder()
+            .clock(clock.clone())
+            .wheel_size(8)
+            .build(),
+    );
     let runs = Arc::new(AtomicUsize::new(0));
     let threads: Vec<_> = (0..4u64)
         .map(|t| {
@@ -412,28 +477,44 @@ fn dropping_the_timer_joins_its_threads() {
             })
             .count()
     }
-    let timer = SystemTimer::builder().name("tjoin").executor_threads(3).build();
+    let timer = SystemTimer::builder()
+        .name("tjoin")
+        .executor_threads(3)
+        .build();
     timer.add(Duration::from_secs(60), || ()).unwrap();
     // Threads name themselves once they start.
     wait_until(|| timer_threads("tjoin-") == 4);
     let t0 = Instant::now();
     drop(timer);
     assert!(t0.elapsed() < Duration::from_secs(5), "shutdown is prompt");
-    assert_eq!(timer_threads("tjoin-"), 0, "a timer thread outlived the timer");
+    assert_eq!(
+        timer_threads("tjoin-"),
+        0,
+        "a timer thread outlived the timer"
+    );
 }
 
 /// Bad configurations are errors with a message, not hangs or later panics.
 #[test]
 fn bad_configurations_are_rejected() {
     use system_timer::BuildError;
-    let e = SystemTimer::builder().tick(Duration::ZERO).try_build().unwrap_err();
+    let e = SystemTimer::builder()
+        .tick(Duration::ZERO)
+        .try_build()
+        .unwrap_err();
     assert_eq!(e, BuildError::ZeroTick);
     assert!(matches!(
-        SystemTimer::builder().wheel_size(1).try_build().unwrap_err(),
+        SystemTimer::builder()
+            .wheel_size(1)
+            .try_build()
+            .unwrap_err(),
         BuildError::Wheel(_)
     ));
     assert_eq!(
-        SystemTimer::builder().executor_threads(0).try_build().unwrap_err(),
+        SystemTimer::builder()
+            .executor_threads(0)
+            .try_build()
+            .unwrap_err(),
         BuildError::NoExecutorThreads
     );
     assert!(e.to_string().contains("tick"));
@@ -445,7 +526,10 @@ fn bad_configurations_are_rejected() {
 fn wait_until(cond: impl Fn() -> bool) {
     let t0 = Instant::now();
     while !cond() {
-        assert!(t0.elapsed() < Duration::from_secs(30), "timed out waiting (hang)");
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "timed out waiting (hang)"
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
 }

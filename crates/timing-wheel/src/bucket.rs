@@ -214,7 +214,10 @@ impl Windows {
         let start = self.starts[k];
         let offset = e - start;
         let q = if t == 1 { offset } else { offset / t };
-        debug_assert!(q < u64::from(geo.size), "deadline {e} outside level {k}'s window");
+        debug_assert!(
+            q < u64::from(geo.size),
+            "deadline {e} outside level {k}'s window"
+        );
         let mut slot = self.base_slots[k] + q as u32;
         if slot >= geo.size {
             slot -= geo.size;
@@ -284,15 +287,24 @@ mod tests {
     #[test]
     fn bad_configurations_are_rejected() {
         assert_eq!(Geometry::new(0, 20).unwrap_err(), ConfigError::ZeroTick);
-        assert_eq!(Geometry::new(1, 1).unwrap_err(), ConfigError::WheelSizeTooSmall(1));
-        assert_eq!(Geometry::new(1, 0).unwrap_err(), ConfigError::WheelSizeTooSmall(0));
+        assert_eq!(
+            Geometry::new(1, 1).unwrap_err(),
+            ConfigError::WheelSizeTooSmall(1)
+        );
+        assert_eq!(
+            Geometry::new(1, 0).unwrap_err(),
+            ConfigError::WheelSizeTooSmall(0)
+        );
         assert_eq!(
             Geometry::new(1, MAX_WHEEL_SIZE + 1).unwrap_err(),
             ConfigError::WheelSizeTooLarge(MAX_WHEEL_SIZE + 1)
         );
         assert_eq!(
             Geometry::new(u64::MAX / 2, 3).unwrap_err(),
-            ConfigError::SpanOverflow { tick: u64::MAX / 2, wheel_size: 3 }
+            ConfigError::SpanOverflow {
+                tick: u64::MAX / 2,
+                wheel_size: 3
+            }
         );
         assert!(Geometry::new(u64::MAX / 3, 3).is_ok());
     }
@@ -315,9 +327,15 @@ mod tests {
         unreachable!()
     }
 
-    fn place(g: &Geometry, current: u64, deadline: u64, created: usize) -> Option<(usize, usize, u64)> {
+    fn place(
+        g: &Geometry,
+        current: u64,
+        deadline: u64,
+        created: usize,
+    ) -> Option<(usize, usize, u64)> {
         let w = Windows::new(g, current);
-        w.place(g, created, deadline).map(|b| (b.level(), b.slot(), b.expiration()))
+        w.place(g, created, deadline)
+            .map(|b| (b.level(), b.slot(), b.expiration()))
     }
 
     #[test]
@@ -342,7 +360,15 @@ mod tests {
             z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
             z ^ (z >> 31)
         };
-        for (tick, size) in [(1, 20), (1, 2), (3, 3), (10, 4), (1000, 20), (1, 64), (7, 65536)] {
+        for (tick, size) in [
+            (1, 20),
+            (1, 2),
+            (3, 3),
+            (10, 4),
+            (1000, 20),
+            (1, 64),
+            (7, 65536),
+        ] {
             let g = Geometry::new(tick, size).unwrap();
             for _ in 0..20_000 {
                 let current = g.round_down(next() >> (next() % 64));
@@ -368,7 +394,13 @@ mod tests {
 
     #[test]
     fn huge_deadlines_saturate_in_the_top_level() {
-        for (tick, size) in [(1, 2), (1, 20), (7, 3), (1_000_000, 20), (1, MAX_WHEEL_SIZE)] {
+        for (tick, size) in [
+            (1, 2),
+            (1, 20),
+            (7, 3),
+            (1_000_000, 20),
+            (1, MAX_WHEEL_SIZE),
+        ] {
             let g = Geometry::new(tick, size).unwrap();
             let (level, _, expiration) = place(&g, 0, u64::MAX, 1).unwrap();
             assert_eq!(level, g.max_levels() - 1, "tick {tick} size {size}");

@@ -234,7 +234,12 @@ impl<T> ConcurrentWheel<T> {
     /// # Ok::<(), timing_wheel::ConfigError>(())
     /// ```
     #[inline(always)]
-    pub fn add_on_shard(&self, hint: usize, deadline: u64, value: T) -> Result<Added<T>, AddError<T>> {
+    pub fn add_on_shard(
+        &self,
+        hint: usize,
+        deadline: u64,
+        value: T,
+    ) -> Result<Added<T>, AddError<T>> {
         let cell = &self.shards[hint & (self.shards.len() - 1)];
         let mut shard = cell.shard.lock();
         let (key, b) = shard.add(deadline, value)?;
@@ -384,15 +389,6 @@ impl<T> WheelGuard<'_, T> {
         self.shards[0].current()
     }
 
-    /// Moves the clock to `time` (rounded down to the tick) without flushing anything (Kafka's
-    /// `TimingWheel.advanceClock`). Buckets that are due stay queued until
-    /// [`advance`](Self::advance) takes them; an earlier time does nothing.
-    pub fn advance_clock(&mut self, time: u64) {
-        for shard in &mut self.shards {
-            shard.advance_clock(time);
-        }
-    }
-
     /// The expiration of the earliest queued bucket.
     pub fn next_expiration(&self) -> Option<u64> {
         self.queue.peek().map(|b| b.expiration())
@@ -410,8 +406,13 @@ impl<T> WheelGuard<'_, T> {
         let size = wheel.geo.size as usize;
         let mut fired = 0;
         while let Some(b) = queue.pop_due(now) {
-            let prev = wheel.markers[b.level() * size + b.slot()].swap(NOT_QUEUED, Ordering::AcqRel);
-            debug_assert_eq!(prev, b.expiration(), "popped bucket {b:?} had marker {prev}");
+            let prev =
+                wheel.markers[b.level() * size + b.slot()].swap(NOT_QUEUED, Ordering::AcqRel);
+            debug_assert_eq!(
+                prev,
+                b.expiration(),
+                "popped bucket {b:?} had marker {prev}"
+            );
             for shard in shards.iter_mut() {
                 shard.advance_clock(b.expiration());
             }
@@ -504,7 +505,11 @@ impl<T> WheelGuard<'_, T> {
         let mut nonempty = Vec::new();
         for (shard, cell) in self.shards.iter().zip(self.wheel.shards.iter()) {
             assert_eq!(shard.current(), current, "shards disagree on the time");
-            assert_eq!(cell.len.load(Ordering::Relaxed), shard.len(), "len mirror drifted");
+            assert_eq!(
+                cell.len.load(Ordering::Relaxed),
+                shard.len(),
+                "len mirror drifted"
+            );
             shard.check(&mut |b| nonempty.push(b));
         }
         crate::wheel::check_queue(&self.wheel.geo, self.queue.iter(), &nonempty, |i| {
@@ -591,7 +596,9 @@ impl<T> EntryHandle<T> {
 
 impl<T> fmt::Debug for EntryHandle<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("EntryHandle").field("key", &self.key()).finish()
+        f.debug_struct("EntryHandle")
+            .field("key", &self.key())
+            .finish()
     }
 }
 

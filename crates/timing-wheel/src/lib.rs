@@ -59,7 +59,12 @@
 //!   Cancel unlinks the node and releases the value at once; the node is reused by the next add.
 //! * All `unsafe` code is in one private module (the arena's `MaybeUninit` payloads), with its
 //!   rules stated at the top; loom models and valgrind runs cover it through the public API.
-#![warn(missing_docs, missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
+#![warn(
+    missing_docs,
+    missing_debug_implementations,
+    unreachable_pub,
+    rust_2018_idioms
+)]
 #![cfg_attr(loom, allow(dead_code))]
 
 mod bucket;

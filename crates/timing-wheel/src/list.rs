@@ -51,7 +51,7 @@ const SENTINEL: u32 = 3;
 /// One generation step: the generation lives in the 30 high bits of a stamp.
 const GENERATION: u32 = 1 << 2;
 /// Stamps at or past this generation are never handed out again (the node is retired).
-const LAST_GENERATION: u32 = u32::MAX & !STATE_MASK;
+const LAST_GENERATION: u32 = !STATE_MASK;
 
 /// Names one scheduled entry of a wheel: a node index plus the stamp (generation and state)
 /// the node had when the entry was added.
@@ -130,17 +130,21 @@ impl<T> Arena<T> {
         debug_assert!(i < self.len, "node index {i} out of bounds ({})", self.len);
         let (p, o) = ((i >> PAGE_BITS) as usize, (i & PAGE_MASK) as usize);
         // SAFETY: `i < self.len` (see above), and nodes `0..len` are exactly the initialised
-        // elements of the pages: page `p = i / PAGE_SIZE` exists and holds more than `o` nodes,
-        // because pages fill in order and only the last one is partly filled.
-        unsafe { self.pages.get_unchecked(p).get_unchecked(o) }
+        // elements of the pages, which fill in order: so page `p = i / PAGE_SIZE` exists.
+        let page = unsafe { self.pages.get_unchecked(p) };
+        // SAFETY: page `p` holds nodes `p * PAGE_SIZE ..` up to `len` (only the last page is
+        // partly filled), so it holds more than `o = i % PAGE_SIZE` nodes.
+        unsafe { page.get_unchecked(o) }
     }
 
     #[inline(always)]
     fn node_mut(&mut self, i: u32) -> &mut Node<T> {
         debug_assert!(i < self.len, "node index {i} out of bounds ({})", self.len);
         let (p, o) = ((i >> PAGE_BITS) as usize, (i & PAGE_MASK) as usize);
-        // SAFETY: as in `node`: `i < len` means page `p` exists and holds node `o`.
-        unsafe { self.pages.get_unchecked_mut(p).get_unchecked_mut(o) }
+        // SAFETY: as in `node`: `i < len`, so page `p` exists.
+        let page = unsafe { self.pages.get_unchecked_mut(p) };
+        // SAFETY: as in `node`: page `p` holds more than `o` nodes.
+        unsafe { page.get_unchecked_mut(o) }
     }
 
     /// Appends a fresh node; the arena never grows past `u32::MAX - 1` nodes.
@@ -199,7 +203,11 @@ impl<T> Arena<T> {
             return EntryKey { index, stamp };
         }
         let node = self.node_mut(index);
-        debug_assert_eq!(node.stamp & STATE_MASK, VACANT, "free list holds a live node");
+        debug_assert_eq!(
+            node.stamp & STATE_MASK,
+            VACANT,
+            "free list holds a live node"
+        );
         let next_free = node.next;
         let stamp = node.stamp | PENDING;
         node.stamp = stamp;
@@ -250,8 +258,16 @@ impl<T> Arena<T> {
     /// Links the unlinked node `i` at the tail of the list headed by `sentinel`.
     #[inline(always)]
     pub(crate) fn link_back(&mut self, sentinel: u32, i: u32) {
-        debug_assert_eq!(self.node(sentinel).stamp, SENTINEL, "link_back onto a non-sentinel");
-        debug_assert_eq!(self.node(i).stamp & STATE_MASK, PENDING, "linking a dead node");
+        debug_assert_eq!(
+            self.node(sentinel).stamp,
+            SENTINEL,
+            "link_back onto a non-sentinel"
+        );
+        debug_assert_eq!(
+            self.node(i).stamp & STATE_MASK,
+            PENDING,
+            "linking a dead node"
+        );
         let tail = self.node(sentinel).prev;
         let node = self.node_mut(i);
         node.prev = tail;
@@ -316,7 +332,11 @@ impl<T> Arena<T> {
         let free = self.free;
         self.pending -= 1;
         let node = self.node_mut(i);
-        assert_eq!(node.stamp & STATE_MASK, PENDING, "release of a non-pending node");
+        assert_eq!(
+            node.stamp & STATE_MASK,
+            PENDING,
+            "release of a non-pending node"
+        );
         // SAFETY: the state is PENDING, so `value` is initialised (module invariant); the state
         // leaves PENDING just below, so this is the only read of this value.
         let value = unsafe { node.value.assume_init_read() };
@@ -338,7 +358,11 @@ impl<T> Arena<T> {
     /// now reports [`KeyState::HandedBack`] and the node is never reused.
     pub(crate) fn hand_back(&mut self, i: u32) -> T {
         let node = self.node_mut(i);
-        assert_eq!(node.stamp & STATE_MASK, PENDING, "hand_back of a non-pending node");
+        assert_eq!(
+            node.stamp & STATE_MASK,
+            PENDING,
+            "hand_back of a non-pending node"
+        );
         // SAFETY: the state is PENDING, so `value` is initialised (module invariant); the state
         // becomes HANDED_BACK just below, so this is the only read of this value.
         let value = unsafe { node.value.assume_init_read() };
@@ -364,21 +388,39 @@ impl<T> Arena<T> {
     /// Walks the list headed by `sentinel`, checking every link both ways, and returns the
     /// deadlines of its nodes in list order. Panics on a malformed list.
     pub(crate) fn check_list(&self, sentinel: u32) -> Vec<u64> {
-        assert_eq!(self.node(sentinel).stamp, SENTINEL, "list head {sentinel} is not a sentinel");
+        assert_eq!(
+            self.node(sentinel).stamp,
+            SENTINEL,
+            "list head {sentinel} is not a sentinel"
+        );
         let mut out = Vec::new();
         let mut prev = sentinel;
         let mut cur = self.node(sentinel).next;
         while cur != sentinel {
-            assert!(cur < self.len, "list {sentinel}: link to {cur} out of bounds");
+            assert!(
+                cur < self.len,
+                "list {sentinel}: link to {cur} out of bounds"
+            );
             let node = self.node(cur);
-            assert_eq!(node.stamp & STATE_MASK, PENDING, "list {sentinel}: dead node {cur}");
-            assert_eq!(node.prev, prev, "list {sentinel}: node {cur} has a wrong prev");
+            assert_eq!(
+                node.stamp & STATE_MASK,
+                PENDING,
+                "list {sentinel}: dead node {cur}"
+            );
+            assert_eq!(
+                node.prev, prev,
+                "list {sentinel}: node {cur} has a wrong prev"
+            );
             out.push(node.deadline);
             assert!(out.len() <= self.len as usize, "list {sentinel}: cycle");
             prev = cur;
             cur = node.next;
         }
-        assert_eq!(self.node(sentinel).prev, prev, "list {sentinel}: wrong tail");
+        assert_eq!(
+            self.node(sentinel).prev,
+            prev,
+            "list {sentinel}: wrong tail"
+        );
         out
     }
 
@@ -389,7 +431,11 @@ impl<T> Arena<T> {
         let mut cur = self.free;
         while cur != NIL {
             let node = self.node(cur);
-            assert_eq!(node.stamp & STATE_MASK, VACANT, "free list holds a non-vacant node {cur}");
+            assert_eq!(
+                node.stamp & STATE_MASK,
+                VACANT,
+                "free list holds a non-vacant node {cur}"
+            );
             free += 1;
             assert!(free <= self.len as usize, "free list cycle");
             cur = node.next;
@@ -398,8 +444,14 @@ impl<T> Arena<T> {
         for i in 0..self.len {
             counts[(self.node(i).stamp & STATE_MASK) as usize] += 1;
         }
-        assert_eq!(counts[PENDING as usize], self.pending, "pending count drifted");
-        assert_eq!(counts[SENTINEL as usize], self.sentinels, "sentinel count drifted");
+        assert_eq!(
+            counts[PENDING as usize], self.pending,
+            "pending count drifted"
+        );
+        assert_eq!(
+            counts[SENTINEL as usize], self.sentinels,
+            "sentinel count drifted"
+        );
         assert_eq!(
             counts[VACANT as usize] + counts[HANDED_BACK as usize],
             free + self.retired,
@@ -526,7 +578,11 @@ mod tests {
             if step % 257 == 0 {
                 for (l, m) in model.iter().enumerate() {
                     let want: Vec<u64> = m.iter().map(|&(_, d)| d).collect();
-                    assert_eq!(contents(&a, base + l as u32), want, "list {l} at step {step}");
+                    assert_eq!(
+                        contents(&a, base + l as u32),
+                        want,
+                        "list {l} at step {step}"
+                    );
                 }
                 a.check_accounting();
             }
@@ -574,14 +630,19 @@ mod tests {
         a.release(k.index);
         assert_eq!(a.node(k.index).stamp, LAST_GENERATION | VACANT);
         let k2 = a.alloc(2, 2);
-        assert_ne!(k2.index, k.index, "a node at its last generation must not be reused");
+        assert_ne!(
+            k2.index, k.index,
+            "a node at its last generation must not be reused"
+        );
         a.check_accounting();
     }
 
     #[test]
     fn pages_grow_without_moving_nodes() {
         let mut a: Arena<u64> = Arena::new();
-        let keys: Vec<_> = (0..(3 * PAGE_SIZE as u64 + 5)).map(|i| a.alloc(i, i * 2)).collect();
+        let keys: Vec<_> = (0..(3 * PAGE_SIZE as u64 + 5))
+            .map(|i| a.alloc(i, i * 2))
+            .collect();
         for (i, k) in keys.iter().enumerate() {
             assert_eq!(a.deadline(k.index), i as u64);
         }

@@ -133,7 +133,11 @@ impl<T> Shard<T> {
     /// Schedules `value` at `deadline`. On success returns its key and the bucket it went to
     /// (the owner queues that bucket if its marker changes).
     #[inline(always)]
-    pub(crate) fn add(&mut self, deadline: u64, value: T) -> Result<(EntryKey, Bucket), AddError<T>> {
+    pub(crate) fn add(
+        &mut self,
+        deadline: u64,
+        value: T,
+    ) -> Result<(EntryKey, Bucket), AddError<T>> {
         if self.closed {
             return Err(AddError::Closed(value));
         }
@@ -164,7 +168,9 @@ impl<T> Shard<T> {
     }
 
     pub(crate) fn deadline(&self, key: EntryKey) -> Option<u64> {
-        self.arena.is_pending(key).then(|| self.arena.deadline(key.index))
+        self.arena
+            .is_pending(key)
+            .then(|| self.arena.deadline(key.index))
     }
 
     /// Kafka's `bucket.flush(reinsert)`: empties bucket `b` (if this shard has it) and re-places
@@ -199,7 +205,11 @@ impl<T> Shard<T> {
                     let key = self.key_of(cur);
                     let value = self.arena.release(cur);
                     fired += 1;
-                    expired(Fired { key, deadline, value });
+                    expired(Fired {
+                        key,
+                        deadline,
+                        value,
+                    });
                 }
                 Some(nb) => {
                     debug_assert!(nb.level() < b.level(), "entry of {b:?} re-placed at {nb:?}");
@@ -274,7 +284,10 @@ impl<T> Shard<T> {
                 };
                 linked += deadlines.len();
                 let x = self.geo.round_up(first) / t * t;
-                assert!(x > current, "bucket ({level},{slot}) at {x} overdue at {current}");
+                assert!(
+                    x > current,
+                    "bucket ({level},{slot}) at {x} overdue at {current}"
+                );
                 for d in deadlines {
                     let e = self.geo.round_up(d);
                     assert!(
@@ -286,7 +299,11 @@ impl<T> Shard<T> {
                 bucket(self.geo.place_at(level, x));
             }
         }
-        assert_eq!(linked, self.arena.pending(), "entries not linked into any bucket");
+        assert_eq!(
+            linked,
+            self.arena.pending(),
+            "entries not linked into any bucket"
+        );
         let c = self.counts;
         assert_eq!(
             c.added,

@@ -2,7 +2,12 @@
 //!
 //! This is the only module of the crate that names `parking_lot`, `std::sync` or `loom`
 //! (`clippy.toml` bans them elsewhere). Both halves expose exactly the same surface.
-#![allow(dead_code, unused_imports, clippy::disallowed_types, clippy::disallowed_methods)]
+#![allow(
+    dead_code,
+    unused_imports,
+    clippy::disallowed_types,
+    clippy::disallowed_methods
+)]
 
 #[cfg(not(loom))]
 mod imp {

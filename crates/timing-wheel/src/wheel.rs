@@ -287,7 +287,10 @@ pub(crate) fn check_queue(
 ) {
     let mut seen = std::collections::HashSet::new();
     for b in queued {
-        assert!(seen.insert((b.level(), b.slot())), "bucket {b:?} queued twice");
+        assert!(
+            seen.insert((b.level(), b.slot())),
+            "bucket {b:?} queued twice"
+        );
         assert_eq!(
             marker(geo.marker_index(b.level(), b.slot())),
             b.expiration(),

@@ -1,0 +1,225 @@
+//! Criterion: the wheel's add, cancel and advance at 10^4, 10^5 and 10^6 pending entries, with
+//! std `BinaryHeap` (lazy cancel) measured in the same groups.
+//!
+//! * `add/N`, `cancel/N`: one operation on a structure holding about N pending entries with W1's
+//!   deadline mix (about 33 per ms, like BENCHMARKS.md W5). Adds are timed in chunks of at most
+//!   N/10 and undone untimed between chunks, so N stays put however many iterations criterion
+//!   asks for; cancels likewise.
+//! * `advance/N`: one 1 ms step at steady state: N entries due over N/33 ms; every entry that
+//!   fires is re-added at a fresh deadline, so each step does ~33 fires and ~33 adds.
+#![allow(missing_docs, clippy::disallowed_methods)]
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use kafka_timer::rng::SplitMix64;
+use timing_wheel::{ConcurrentWheel, EntryKey, TimingWheel};
+
+const SIZES: [usize; 3] = [10_000, 100_000, 1_000_000];
+
+/// The ops a bench needs from each structure.
+trait Pending {
+    type Key;
+    fn add(&mut self, deadline: u64, id: u64) -> Self::Key;
+    fn cancel(&mut self, key: &Self::Key);
+    /// Fires everything due at `now`, calling `f(id)` for each.
+    fn advance(&mut self, now: u64, f: &mut dyn FnMut(u64));
+}
+
+impl Pending for TimingWheel<u64> {
+    type Key = EntryKey;
+    fn add(&mut self, deadline: u64, id: u64) -> EntryKey {
+        TimingWheel::add(self, deadline, id).expect("future deadline")
+    }
+    fn cancel(&mut self, key: &EntryKey) {
+        black_box(TimingWheel::cancel(self, *key));
+    }
+    fn advance(&mut self, now: u64, f: &mut dyn FnMut(u64)) {
+        TimingWheel::advance(self, now, |e| f(e.value));
+    }
+}
+
+impl Pending for ConcurrentWheel<u64> {
+    type Key = timing_wheel::EntryHandle<u64>;
+    fn add(&mut self, deadline: u64, id: u64) -> Self::Key {
+        ConcurrentWheel::add(self, deadline, id)
+            .expect("future deadline")
+            .handle
+    }
+    fn cancel(&mut self, key: &Self::Key) {
+        black_box(key.cancel());
+    }
+    fn advance(&mut self, now: u64, f: &mut dyn FnMut(u64)) {
+        let mut fired = Vec::new();
+        self.lock().advance(now, |e| fired.push(e.value));
+        fired.into_iter().for_each(f);
+    }
+}
+
+/// std `BinaryHeap` with lazy cancel: a flag per id; cancelled entries stay until popped.
+#[derive(Default)]
+struct LazyHeap {
+    heap: BinaryHeap<Reverse<(u64, u64)>>,
+    cancelled: Vec<bool>,
+}
+
+impl Pending for LazyHeap {
+    type Key = u64;
+    fn add(&mut self, deadline: u64, id: u64) -> u64 {
+        self.heap.push(Reverse((deadline, id)));
+        if self.cancelled.len() <= id as usize {
+            self.cancelled.resize(id as usize + 1, false);
+        }
+        self.cancelled[id as usize] = false;
+        id
+    }
+    fn cancel(&mut self, key: &u64) {
+        self.cancelled[*key as usize] = true;
+    }
+    fn advance(&mut self, now: u64, f: &mut dyn FnMut(u64)) {
+        while let Some(&Reverse((d, id))) = self.heap.peek() {
+            if d > now {
+                break;
+            }
+            self.heap.pop();
+            if !std::mem::replace(&mut self.cancelled[id as usize], true) {
+                f(id);
+            }
+        }
+    }
+}
+
+/// Deadline range (ms) giving ~33 entries per ms at `n` pending.
+fn range(n: usize) -> u64 {
+    (n as u64 * 3 / 100).max(1)
+}
+
+fn filled<P: Pending>(mut p: P, n: usize, rng: &mut SplitMix64) -> (P, Vec<P::Key>) {
+    let r = range(n);
+    let keys = (0..n as u64)
+        .map(|id| p.add(1 + rng.next() % r, id))
+        .collect();
+    (p, keys)
+}
+
+fn bench_add<P: Pending>(c: &mut Criterion, group: &str, name: &str, make: fn() -> P) {
+    let mut g = c.benchmark_group(group);
+    for n in SIZES {
+        g.throughput(Throughput::Elements(1));
+        g.bench_with_input(BenchmarkId::new(name, n), &n, |b, &n| {
+            let mut rng = SplitMix64::new(42);
+            let (mut p, _keys) = filled(make(), n, &mut rng);
+            let r = range(n);
+            let mut next_id = n as u64;
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                let mut left = iters;
+                while left > 0 {
+                    let chunk = left.min((n / 10).max(1) as u64);
+                    let mut keys = Vec::with_capacity(chunk as usize);
+                    let t0 = Instant::now();
+                    for _ in 0..chunk {
+                        keys.push(p.add(1 + rng.next() % r, next_id));
+                        next_id += 1;
+                    }
+                    total += t0.elapsed();
+                    for k in &keys {
+                        p.cancel(k);
+                    }
+                    left -= chunk;
+                }
+                total
+            });
+        });
+    }
+    g.finish();
+}
+
+fn bench_cancel<P: Pending>(c: &mut Criterion, group: &str, name: &str, make: fn() -> P) {
+    let mut g = c.benchmark_group(group);
+    for n in SIZES {
+        g.throughput(Throughput::Elements(1));
+        g.bench_with_input(BenchmarkId::new(name, n), &n, |b, &n| {
+            let mut rng = SplitMix64::new(42);
+            let (mut p, _keys) = filled(make(), n, &mut rng);
+            let r = range(n);
+            let mut next_id = n as u64;
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                let mut left = iters;
+                while left > 0 {
+                    let chunk = left.min((n / 10).max(1) as u64);
+                    let keys: Vec<_> = (0..chunk)
+                        .map(|_| {
+                            next_id += 1;
+                            p.add(1 + rng.next() % r, next_id)
+                        })
+                        .collect();
+                    let t0 = Instant::now();
+                    for k in &keys {
+                        p.cancel(k);
+                    }
+                    total += t0.elapsed();
+                    left -= chunk;
+                }
+                total
+            });
+        });
+    }
+    g.finish();
+}
+
+fn bench_advance<P: Pending>(c: &mut Criterion, group: &str, name: &str, make: fn() -> P) {
+    let mut g = c.benchmark_group(group);
+    for n in SIZES {
+        g.throughput(Throughput::Elements(1));
+        g.bench_with_input(BenchmarkId::new(name, n), &n, |b, &n| {
+            let mut rng = SplitMix64::new(42);
+            let (mut p, _keys) = filled(make(), n, &mut rng);
+            let r = range(n);
+            let mut now = 0u64;
+            let mut next_id = n as u64;
+            let mut due = Vec::new();
+            b.iter_custom(|iters| {
+                let t0 = Instant::now();
+                for _ in 0..iters {
+                    now += 1;
+                    p.advance(now, &mut |id| due.push(id));
+                    for _ in due.drain(..) {
+                        next_id += 1;
+                        p.add(now + 1 + rng.next() % r, next_id);
+                    }
+                }
+                t0.elapsed()
+            });
+        });
+    }
+    g.finish();
+}
+
+fn wheel_vs_heap(c: &mut Criterion) {
+    let wheel = || TimingWheel::<u64>::new(1, 20, 0).expect("config");
+    let concurrent = || ConcurrentWheel::<u64>::new(1, 20, 0).expect("config");
+    bench_add(c, "add", "timing-wheel", wheel);
+    bench_add(c, "add", "concurrent-wheel", concurrent);
+    bench_add(c, "add", "binary-heap", LazyHeap::default);
+    bench_cancel(c, "cancel", "timing-wheel", wheel);
+    bench_cancel(c, "cancel", "concurrent-wheel", concurrent);
+    bench_cancel(c, "cancel", "binary-heap", LazyHeap::default);
+    bench_advance(c, "advance-1ms-step", "timing-wheel", wheel);
+    bench_advance(c, "advance-1ms-step", "concurrent-wheel", concurrent);
+    bench_advance(c, "advance-1ms-step", "binary-heap", LazyHeap::default);
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .sample_size(20)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    targets = wheel_vs_heap
+}
+criterion_main!(benches);
