@@ -1,0 +1,46 @@
+//! Errors. Each hands the operation back ([`WatchError::into_inner`]); `Debug` does not need
+//! `Op: Debug`.
+
+use std::fmt;
+
+/// Why [`try_complete_else_watch`](crate::Purgatory::try_complete_else_watch) did not take an
+/// operation. The operation is handed back, untouched by `on_complete`.
+#[derive(PartialEq, Eq)]
+pub enum WatchError<Op> {
+    /// The key set was empty: an operation nobody can ever check would only ever expire (Kafka
+    /// rejects this too).
+    NoKeys(Op),
+    /// The purgatory (or its timer) has been shut down.
+    Shutdown(Op),
+}
+
+impl<Op> WatchError<Op> {
+    /// The operation that was not taken.
+    pub fn into_inner(self) -> Op {
+        match self {
+            WatchError::NoKeys(op) | WatchError::Shutdown(op) => op,
+        }
+    }
+}
+
+impl<Op> fmt::Debug for WatchError<Op> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WatchError::NoKeys(_) => f.write_str("NoKeys(..)"),
+            WatchError::Shutdown(_) => f.write_str("Shutdown(..)"),
+        }
+    }
+}
+
+impl<Op> fmt::Display for WatchError<Op> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WatchError::NoKeys(_) => {
+                f.write_str("an operation must be watched by at least one key")
+            }
+            WatchError::Shutdown(_) => f.write_str("purgatory is shut down"),
+        }
+    }
+}
+
+impl<Op> std::error::Error for WatchError<Op> {}

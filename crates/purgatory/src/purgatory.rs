@@ -1,0 +1,559 @@
+//! [`Purgatory`] and its [`Builder`].
+
+use std::fmt;
+use std::hash::Hash;
+use std::marker::PhantomData;
+use std::time::Duration;
+
+use system_timer::{Clock, ScheduleError, SystemTimer, Task};
+
+use crate::error::WatchError;
+use crate::operation::{Counters, DelayedOperation, OpCell, OperationHandle};
+use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use crate::sync::Arc;
+use crate::watchers::WatchMap;
+
+/// Kafka's default purge interval (`*.purgatory.purge.interval.requests`).
+pub const DEFAULT_PURGE_INTERVAL: usize = 1000;
+/// Kafka's shard count (KAFKA-6431).
+pub const DEFAULT_SHARDS: usize = 512;
+
+/// What [`Purgatory::try_complete_else_watch`] did with an operation it accepted.
+#[derive(Debug)]
+pub struct Watched<Op> {
+    /// True if this call completed the operation (ready at the first or second try); false if
+    /// it is now watched and timed (another thread may have completed it since).
+    pub completed: bool,
+    /// A handle to force-complete it or ask whether it completed.
+    pub handle: OperationHandle<Op>,
+}
+
+/// A snapshot of a purgatory's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PurgatoryStats {
+    /// Operations accepted by `try_complete_else_watch`.
+    pub accepted: u64,
+    /// Operations completed, by any path (expiries included).
+    pub completed: u64,
+    /// Operations completed by expiry.
+    pub expired: u64,
+    /// Operations handed back (shutdown, or refused mid-watch by a shutdown).
+    pub handed_back: u64,
+    /// Operations armed in the timer and not completed ([`Purgatory::delayed`]).
+    pub delayed: u64,
+    /// Purges run.
+    pub purges: u64,
+    /// Entries in watch lists, completed ones not yet swept included ([`Purgatory::watched`]).
+    pub watched: u64,
+    /// Keys with a watch list.
+    pub keys: u64,
+}
+
+struct Inner<K, Op> {
+    name: String,
+    watchers: Arc<WatchMap<K, Op>>,
+    timer: Arc<SystemTimer>,
+    own_timer: bool,
+    counters: Arc<Counters>,
+    purge_interval: usize,
+    purge_scheduled: Arc<AtomicBool>,
+    purges: Arc<AtomicU64>,
+    accepted: AtomicU64,
+    handed_back: AtomicU64,
+    closed: AtomicBool,
+}
+
+/// Kafka's `DelayedOperationPurgatory`: operations that cannot complete yet wait here, watched by
+/// keys. A check on a key ([`check_and_complete`](Self::check_and_complete)) completes those that
+/// are ready; the timer expires the rest. Each operation completes exactly once, whichever way.
+///
+/// # Invariants
+///
+/// * `on_complete` runs exactly once per accepted operation that is not handed back;
+///   `on_expiration` only when expiry won, right after `on_complete`.
+/// * `try_complete`, `on_complete` and `on_expiration` of one operation never overlap (all run
+///   under its lock), and `try_complete` is never called after completion.
+/// * No user code runs under a watch-map or timer lock.
+/// * A completed operation is dropped at once; its empty cell leaves each watch list at the next
+///   check of that key that finds enough completed entries, or at the count-triggered purge.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::atomic::{AtomicBool, Ordering};
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use purgatory::{DelayedOperation, Purgatory};
+///
+/// struct WaitForFlag(Arc<AtomicBool>, Arc<AtomicBool>);
+/// impl DelayedOperation for WaitForFlag {
+///     fn try_complete(&mut self) -> bool { self.0.load(Ordering::SeqCst) }
+///     fn on_complete(&mut self) { self.1.store(true, Ordering::SeqCst) }
+/// }
+///
+/// let purgatory = Purgatory::builder().name("demo").build();
+/// let (flag, done) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+/// let op = WaitForFlag(flag.clone(), done.clone());
+/// let w = purgatory.try_complete_else_watch(op, Duration::from_secs(30), &["partition-0"])?;
+/// assert!(!w.completed);
+/// flag.store(true, Ordering::SeqCst);
+/// assert_eq!(purgatory.check_and_complete(&"partition-0"), 1);
+/// assert!(done.load(Ordering::SeqCst) && w.handle.is_completed());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Purgatory<K, Op>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    Op: DelayedOperation,
+{
+    inner: Arc<Inner<K, Op>>,
+}
+
+/// Configures a [`Purgatory`].
+pub struct Builder<K, Op> {
+    name: String,
+    timer: Option<Arc<SystemTimer>>,
+    clock: Option<Box<dyn FnOnce(system_timer::Builder) -> system_timer::Builder>>,
+    reaper: bool,
+    purge_interval: usize,
+    shards: usize,
+    _types: PhantomData<fn(K, Op)>,
+}
+
+// ===== impl Builder =====
+
+impl<K, Op> Builder<K, Op>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    Op: DelayedOperation,
+{
+    /// Defaults: name `"purgatory"`, an own timer with Kafka's settings (tick 1 ms, wheel 20, a
+    /// reaper and one executor thread), purge interval 1000, 512 shards.
+    pub fn new() -> Self {
+        Builder {
+            name: "purgatory".into(),
+            timer: None,
+            clock: None,
+            reaper: true,
+            purge_interval: DEFAULT_PURGE_INTERVAL,
+            shards: DEFAULT_SHARDS,
+            _types: PhantomData,
+        }
+    }
+
+    /// The purgatory's name (its own timer's threads are named after it).
+    pub fn name(mut self, name: &str) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// Use a timer shared with other users instead of an own one. The purgatory never shuts a
+    /// shared timer down; at its own shutdown it disarms its operations' entries.
+    pub fn timer(mut self, timer: Arc<SystemTimer>) -> Self {
+        self.timer = Some(timer);
+        self
+    }
+
+    /// The clock of the purgatory's own timer (default: the system clock).
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Some(Box::new(move |b| b.clock(clock)));
+        self
+    }
+
+    /// Whether the own timer runs a reaper thread (default true). Without one, drive the
+    /// purgatory with [`Purgatory::advance`]: expiries (and purges) then run on the caller's
+    /// thread.
+    pub fn reaper(mut self, on: bool) -> Self {
+        self.reaper = on;
+        self
+    }
+
+    /// Sweep the watch lists after this many watched operations completed (default 1000).
+    pub fn purge_interval(mut self, n: usize) -> Self {
+        self.purge_interval = n.max(1);
+        self
+    }
+
+    /// Watch-map shards (default 512; rounded up to a power of two).
+    pub fn shards(mut self, n: usize) -> Self {
+        self.shards = n.max(1);
+        self
+    }
+
+    /// Builds the purgatory (and its own timer, unless one was given).
+    ///
+    /// # Panics
+    ///
+    /// If the own timer's threads cannot be spawned.
+    pub fn build(self) -> Purgatory<K, Op> {
+        let own_timer = self.timer.is_none();
+        let timer = self.timer.unwrap_or_else(|| {
+            let mut b = SystemTimer::builder().name(&self.name).reaper(self.reaper);
+            if !self.reaper || cfg!(loom) {
+                b = b.reaper(false).inline();
+            }
+            if let Some(set_clock) = self.clock {
+                b = set_clock(b);
+            }
+            Arc::new(b.build())
+        });
+        Purgatory {
+            inner: Arc::new(Inner {
+                name: self.name,
+                watchers: Arc::new(WatchMap::new(self.shards)),
+                timer,
+                own_timer,
+                counters: Arc::new(Counters::default()),
+                purge_interval: self.purge_interval,
+                purge_scheduled: Arc::new(AtomicBool::new(false)),
+                purges: Arc::new(AtomicU64::new(0)),
+                accepted: AtomicU64::new(0),
+                handed_back: AtomicU64::new(0),
+                closed: AtomicBool::new(false),
+            }),
+        }
+    }
+}
+
+impl<K, Op> Default for Builder<K, Op>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    Op: DelayedOperation,
+{
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<K, Op> fmt::Debug for Builder<K, Op> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Builder")
+            .field("name", &self.name)
+            .field("shared_timer", &self.timer.is_some())
+            .field("reaper", &self.reaper)
+            .field("purge_interval", &self.purge_interval)
+            .field("shards", &self.shards)
+            .finish()
+    }
+}
+
+// ===== impl Purgatory =====
+
+impl<K, Op> Purgatory<K, Op>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    Op: DelayedOperation,
+{
+    /// A [`Builder`] with Kafka's defaults.
+    pub fn builder() -> Builder<K, Op> {
+        Builder::new()
+    }
+
+    /// Kafka's `tryCompleteElseWatch`: tries to complete `op` under its lock; if it is not ready,
+    /// watches it on every key, tries once more under the same lock hold (so an event between
+    /// the first try and the watch is not lost), and only if it is still not ready arms its
+    /// timer for `timeout`. The timer is disarmed again if another thread completes it first.
+    ///
+    /// Returns [`Watched::completed`] = true only if this call completed the operation.
+    ///
+    /// # Errors
+    ///
+    /// [`WatchError::NoKeys`] for an empty key set (the operation is handed back untouched);
+    /// [`WatchError::Shutdown`] after shutdown, or if the timer refused the operation (the
+    /// operation is handed back; if the shutdown raced this call, `try_complete` may have run,
+    /// `on_complete` never).
+    #[doc(alias = "tryCompleteElseWatch")]
+    pub fn try_complete_else_watch(
+        &self,
+        op: Op,
+        timeout: Duration,
+        keys: &[K],
+    ) -> Result<Watched<Op>, WatchError<Op>> {
+        let inner = &self.inner;
+        if keys.is_empty() {
+            return Err(WatchError::NoKeys(op));
+        }
+        if inner.closed.load(Ordering::Acquire) {
+            return Err(WatchError::Shutdown(op));
+        }
+        inner.accepted.fetch_add(1, Ordering::Relaxed);
+        let cell = Arc::new(OpCell::new(op, Arc::clone(&inner.counters)));
+        let handle = OperationHandle {
+            cell: Arc::clone(&cell),
+        };
+        let mut st = cell.lock();
+        if cell.try_complete_locked(&mut st) {
+            drop(st);
+            return Ok(Watched {
+                completed: true,
+                handle,
+            });
+        }
+        for key in keys {
+            if !inner.watchers.watch(key.clone(), &cell) {
+                // Closed under us: hand the operation back; cells already appended are empty
+                // shells the shutdown's drain skips.
+                let op = cell.hand_back_locked(&mut st);
+                inner.handed_back.fetch_add(1, Ordering::Relaxed);
+                return Err(WatchError::Shutdown(op));
+            }
+            st.watched = true;
+        }
+        if cell.try_complete_locked(&mut st) {
+            drop(st);
+            self.maybe_purge();
+            return Ok(Watched {
+                completed: true,
+                handle,
+            });
+        }
+        // Still pending: arm the timer in the same lock hold. The expiry task takes this lock,
+        // so it cannot run before the handle is stored.
+        let expiry = Arc::clone(&cell);
+        match inner.timer.add(timeout, Task::new(move || expiry.expire())) {
+            Ok(timer) => {
+                st.timer = Some(timer);
+                inner.counters.delayed.fetch_add(1, Ordering::AcqRel);
+            }
+            Err(ScheduleError::Shutdown(_) | ScheduleError::Full(_)) => {
+                // The timer refused: never leave an operation that can no longer expire.
+                let op = cell.hand_back_locked(&mut st);
+                inner.handed_back.fetch_add(1, Ordering::Relaxed);
+                return Err(WatchError::Shutdown(op));
+            }
+        }
+        drop(st);
+        self.maybe_purge();
+        Ok(Watched {
+            completed: false,
+            handle,
+        })
+    }
+
+    /// Kafka's `checkAndComplete`: runs `try_complete` on every pending operation watching
+    /// `key` (blocking on each one's lock, never skipping a locked one) and completes the ready
+    /// ones. Returns how many this call completed. Runs no user code under any map lock. Drops
+    /// the key's list once every operation on it has completed.
+    #[doc(alias = "checkAndComplete")]
+    pub fn check_and_complete(&self, key: &K) -> usize {
+        let inner = &self.inner;
+        let Some(list) = inner.watchers.snapshot(key) else {
+            return 0;
+        };
+        let mut completed = 0;
+        let mut done = 0;
+        for cell in list.iter() {
+            if cell.is_completed() {
+                done += 1;
+                continue;
+            }
+            let mut st = cell.lock();
+            if cell.is_completed() {
+                done += 1;
+            } else if cell.try_complete_locked(&mut st) {
+                completed += 1;
+                done += 1;
+            }
+        }
+        let len = list.len();
+        drop(list);
+        // Sweep once completed entries are at least half the list (always when all are: the
+        // key is then dropped), so scans stay proportional to the pending operations.
+        if done > 0 && done * 2 >= len {
+            inner.watchers.sweep_key(key);
+        }
+        if completed > 0 {
+            self.maybe_purge();
+        }
+        completed
+    }
+
+    /// Kafka's `cancelForKey`: removes `key`'s watch list and disarms the timers of the pending
+    /// operations on it, without completing them (no `on_complete`); they stay watched on their
+    /// other keys and can still be completed by a check or by force, but no longer expire.
+    /// Returns handles to those operations.
+    #[doc(alias = "cancelForKey")]
+    pub fn cancel_for_key(&self, key: &K) -> Vec<OperationHandle<Op>> {
+        let Some(list) = self.inner.watchers.take_key(key) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for cell in list.iter() {
+            let mut st = cell.lock();
+            if cell.is_completed() {
+                continue;
+            }
+            if let Some(timer) = st.timer.take() {
+                timer.cancel();
+                self.inner.counters.delayed.fetch_sub(1, Ordering::AcqRel);
+            }
+            drop(st);
+            out.push(OperationHandle {
+                cell: Arc::clone(cell),
+            });
+        }
+        out
+    }
+
+    /// Entries in all watch lists (Kafka's `watched`, "PurgatorySize"): an operation counts once
+    /// per key, and completed ones count until they are swept.
+    #[doc(alias = "PurgatorySize")]
+    pub fn watched(&self) -> usize {
+        self.inner.watchers.watched()
+    }
+
+    /// Operations armed in the timer and not yet completed (Kafka's `numDelayed`). Exact, and
+    /// updated by the completing call before it returns.
+    #[doc(alias = "numDelayed")]
+    pub fn delayed(&self) -> usize {
+        self.inner.counters.delayed.load(Ordering::Acquire)
+    }
+
+    /// Drives the purgatory's timer to the clock's time (for purgatories built with
+    /// `.reaper(false)`): runs due expiries, and the purge when one is due, on this thread.
+    /// Returns the number of timer tasks run.
+    pub fn advance(&self) -> usize {
+        self.inner.timer.advance()
+    }
+
+    /// The timer the purgatory uses.
+    pub fn timer(&self) -> &Arc<SystemTimer> {
+        &self.inner.timer
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> PurgatoryStats {
+        let inner = &self.inner;
+        let c = &inner.counters;
+        PurgatoryStats {
+            accepted: inner.accepted.load(Ordering::Relaxed),
+            completed: c.completed.load(Ordering::Relaxed) as u64,
+            expired: c.expired.load(Ordering::Relaxed) as u64,
+            handed_back: inner.handed_back.load(Ordering::Relaxed),
+            delayed: c.delayed.load(Ordering::Relaxed) as u64,
+            purges: inner.purges.load(Ordering::Relaxed),
+            watched: inner.watchers.watched() as u64,
+            keys: inner.watchers.keys() as u64,
+        }
+    }
+
+    /// Sweeps every watch list now (the purge the purgatory otherwise triggers by count).
+    /// Returns the number of completed entries removed.
+    pub fn purge(&self) -> usize {
+        self.inner.counters.garbage.store(0, Ordering::Relaxed);
+        self.inner.purges.fetch_add(1, Ordering::Relaxed);
+        self.inner.watchers.purge()
+    }
+
+    /// Stops the purgatory: later `try_complete_else_watch` calls fail with
+    /// [`WatchError::Shutdown`], and every pending operation is handed back (its timer
+    /// disarmed, `on_complete` not called). Shuts the own timer down (a shared one is left
+    /// running). Idempotent; dropping the purgatory calls it.
+    pub fn shutdown(&self) -> Vec<Op> {
+        let inner = &self.inner;
+        if inner.closed.swap(true, Ordering::AcqRel) {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        for cell in inner.watchers.close() {
+            let mut st = cell.lock();
+            if !cell.is_completed() {
+                out.push(cell.hand_back_locked(&mut st));
+            }
+        }
+        inner
+            .handed_back
+            .fetch_add(out.len() as u64, Ordering::Relaxed);
+        if inner.own_timer {
+            // Its remaining tasks are expiries of operations handed back above (now no-ops)
+            // and purges: dropping them is right.
+            drop(inner.timer.shutdown());
+        }
+        out
+    }
+
+    /// Schedules a purge on the timer (a zero-delay task, so it runs on the reaper's executor,
+    /// or in the next `advance` when driven by hand) once enough watched operations completed.
+    fn maybe_purge(&self) {
+        let inner = &self.inner;
+        if inner.counters.garbage.load(Ordering::Relaxed) < inner.purge_interval
+            || inner.purge_scheduled.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        inner.counters.garbage.store(0, Ordering::Relaxed);
+        let watchers = Arc::clone(&inner.watchers);
+        let (scheduled, purges) = (
+            Arc::clone(&inner.purge_scheduled),
+            Arc::clone(&inner.purges),
+        );
+        let purge = Task::new(move || {
+            watchers.purge();
+            purges.fetch_add(1, Ordering::Relaxed);
+            scheduled.store(false, Ordering::Release);
+        });
+        if inner.timer.add(Duration::ZERO, purge).is_err() {
+            inner.purge_scheduled.store(false, Ordering::Release);
+        }
+    }
+
+    /// Panics if an invariant is broken: every operation in a watch list is one this purgatory
+    /// accepted, `delayed()` equals the armed pending operations found in the lists, and the
+    /// timer's own invariants hold.
+    #[doc(hidden)]
+    pub fn check_invariants(&self) {
+        let mut armed = std::collections::HashSet::new();
+        for (_, list) in self.inner.watchers.lists() {
+            for cell in list.iter() {
+                let st = cell.lock();
+                if cell.is_completed() {
+                    assert!(
+                        st.op.is_none(),
+                        "a completed operation still holds its payload"
+                    );
+                    assert!(st.timer.is_none(), "a completed operation is still armed");
+                } else {
+                    assert!(st.op.is_some());
+                    assert!(st.watched);
+                    if st.timer.is_some() {
+                        armed.insert(Arc::as_ptr(cell));
+                    }
+                }
+            }
+        }
+        if !self.inner.closed.load(Ordering::Acquire) {
+            assert_eq!(
+                armed.len(),
+                self.delayed(),
+                "delayed() disagrees with armed operations"
+            );
+        }
+        self.inner.timer.check_invariants();
+    }
+}
+
+impl<K, Op> Drop for Purgatory<K, Op>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    Op: DelayedOperation,
+{
+    fn drop(&mut self) {
+        drop(self.shutdown());
+    }
+}
+
+impl<K, Op> fmt::Debug for Purgatory<K, Op>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    Op: DelayedOperation,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Purgatory")
+            .field("name", &self.inner.name)
+            .field(
+                "delayed",
+                &self.inner.counters.delayed.load(Ordering::Relaxed),
+            )
+            .finish()
+    }
+}

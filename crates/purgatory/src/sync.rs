@@ -1,0 +1,59 @@
+//! Synchronisation shim: parking_lot + std normally, loom under `--cfg loom`.
+//!
+//! The only module of the crate that names `parking_lot`, `std::sync` or `loom` (`clippy.toml`
+//! bans them elsewhere). DashMap has no loom support: `watchers.rs` swaps it for one
+//! `Mutex<HashMap>` under loom (see LOOM.md).
+#![allow(
+    dead_code,
+    unused_imports,
+    clippy::disallowed_types,
+    clippy::disallowed_methods
+)]
+
+#[cfg(not(loom))]
+mod imp {
+    pub(crate) use std::sync::{atomic, Arc};
+
+    pub(crate) type MutexGuard<'a, T> = parking_lot::MutexGuard<'a, T>;
+
+    /// A mutex with parking_lot's API (no poisoning).
+    #[derive(Debug, Default)]
+    pub(crate) struct Mutex<T>(parking_lot::Mutex<T>);
+
+    impl<T> Mutex<T> {
+        pub(crate) fn new(v: T) -> Self {
+            Self(parking_lot::Mutex::new(v))
+        }
+        #[inline]
+        pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
+            self.0.lock()
+        }
+    }
+}
+
+#[cfg(loom)]
+mod imp {
+    pub(crate) use loom::sync::{atomic, Arc, MutexGuard};
+
+    /// A mutex with parking_lot's API, over loom's.
+    #[derive(Debug)]
+    pub(crate) struct Mutex<T>(loom::sync::Mutex<T>);
+
+    impl<T> Mutex<T> {
+        pub(crate) fn new(v: T) -> Self {
+            Self(loom::sync::Mutex::new(v))
+        }
+        #[track_caller]
+        pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
+            self.0.lock().unwrap()
+        }
+    }
+
+    impl<T: Default> Default for Mutex<T> {
+        fn default() -> Self {
+            Self::new(T::default())
+        }
+    }
+}
+
+pub(crate) use imp::*;

@@ -1,0 +1,201 @@
+//! The watch lists: for each key, the operations watching it.
+//!
+//! # Ground rules
+//!
+//! * A key's list is a copy-on-write `Arc<Vec<Arc<OpCell>>>` in a sharded map (DashMap; one
+//!   `Mutex<HashMap>` under loom). Every read or write of the map happens under the key's shard
+//!   lock, and **no operation's lock is ever taken while a shard lock is held**.
+//! * A check takes a *snapshot* (clones the list's outer `Arc`, one atomic increment) under the
+//!   shard lock, releases it, and scans the snapshot. Concurrent checks of one key each scan the
+//!   same snapshot and each block on every operation's lock in turn (Kafka's semantics: nothing
+//!   ready is skipped). An operation appended after a snapshot was taken re-checks itself under
+//!   its own lock after it is appended (the double check of `try_complete_else_watch`), so an
+//!   event is never lost between the two.
+//! * Appends, sweeps and removals copy the list only if a snapshot of it is alive at that moment
+//!   (rare: scans are short); otherwise they mutate it in place.
+//! * Watch, sweep and remove-if-empty all run under the same shard lock, so an operation can
+//!   never be appended to a list that has just been dropped from the map (R5 in LOOM.md).
+//! * A closed map (shutdown) refuses appends; the flag is read under the shard lock, and the
+//!   shutdown drains every shard after setting it, so no append slips past the drain.
+
+use std::hash::Hash;
+
+use crate::operation::{DelayedOperation, OpCell};
+use crate::sync::atomic::{AtomicBool, Ordering};
+use crate::sync::Arc;
+
+/// One key's list of watchers.
+pub(crate) type List<Op> = Arc<Vec<Arc<OpCell<Op>>>>;
+
+/// Mutable access to a list, copying it first if a snapshot shares it.
+fn list_mut<Op>(list: &mut List<Op>) -> &mut Vec<Arc<OpCell<Op>>> {
+    if Arc::get_mut(list).is_none() {
+        *list = Arc::new(list.iter().cloned().collect());
+    }
+    Arc::get_mut(list).expect("just made unique")
+}
+
+/// Drops completed operations from a list; returns how many it dropped.
+fn sweep<Op: DelayedOperation>(list: &mut List<Op>) -> usize {
+    let before = list.len();
+    if list.iter().any(|c| c.is_completed()) {
+        list_mut(list).retain(|c| !c.is_completed());
+    }
+    before - list.len()
+}
+
+pub(crate) struct WatchMap<K, Op> {
+    #[cfg(not(loom))]
+    map: dashmap::DashMap<K, List<Op>>,
+    #[cfg(loom)]
+    map: crate::sync::Mutex<std::collections::HashMap<K, List<Op>>>,
+    closed: AtomicBool,
+}
+
+impl<K: Hash + Eq + Clone, Op: DelayedOperation> WatchMap<K, Op> {
+    pub(crate) fn new(shards: usize) -> Self {
+        #[cfg(loom)]
+        let _ = shards;
+        WatchMap {
+            #[cfg(not(loom))]
+            map: dashmap::DashMap::with_shard_amount(shards.next_power_of_two().max(2)),
+            #[cfg(loom)]
+            map: crate::sync::Mutex::new(std::collections::HashMap::new()),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    /// Appends `cell` to `key`'s list (creating it); false if the map is closed.
+    pub(crate) fn watch(&self, key: K, cell: &Arc<OpCell<Op>>) -> bool {
+        #[cfg(not(loom))]
+        {
+            // The entry holds the shard's write lock while `closed` is read.
+            let entry = self.map.entry(key);
+            if self.closed.load(Ordering::Acquire) {
+                return false;
+            }
+            list_mut(&mut entry.or_default()).push(Arc::clone(cell));
+            true
+        }
+        #[cfg(loom)]
+        {
+            let mut map = self.map.lock();
+            if self.closed.load(Ordering::Acquire) {
+                return false;
+            }
+            list_mut(map.entry(key).or_default()).push(Arc::clone(cell));
+            true
+        }
+    }
+
+    /// A snapshot of `key`'s list (see the ground rules).
+    #[inline]
+    pub(crate) fn snapshot(&self, key: &K) -> Option<List<Op>> {
+        #[cfg(not(loom))]
+        return self.map.get(key).map(|l| Arc::clone(&l));
+        #[cfg(loom)]
+        return self.map.lock().get(key).cloned();
+    }
+
+    /// Drops completed operations from `key`'s list, and the key itself if its list is then
+    /// empty (Kafka's `removeKeyIfEmpty`). Returns how many entries it dropped.
+    pub(crate) fn sweep_key(&self, key: &K) -> usize {
+        #[cfg(not(loom))]
+        {
+            let mut dropped = 0;
+            self.map.remove_if_mut(key, |_, list| {
+                dropped = sweep(list);
+                list.is_empty()
+            });
+            dropped
+        }
+        #[cfg(loom)]
+        {
+            let mut map = self.map.lock();
+            let Some(list) = map.get_mut(key) else {
+                return 0;
+            };
+            let dropped = sweep(list);
+            if list.is_empty() {
+                map.remove(key);
+            }
+            dropped
+        }
+    }
+
+    /// Sweeps every key (the purge). Returns how many entries it dropped.
+    pub(crate) fn purge(&self) -> usize {
+        let mut dropped = 0;
+        #[cfg(not(loom))]
+        self.map.retain(|_, list| {
+            dropped += sweep(list);
+            !list.is_empty()
+        });
+        #[cfg(loom)]
+        self.map.lock().retain(|_, list| {
+            dropped += sweep(list);
+            !list.is_empty()
+        });
+        dropped
+    }
+
+    /// Removes `key` and returns its list.
+    pub(crate) fn take_key(&self, key: &K) -> Option<List<Op>> {
+        #[cfg(not(loom))]
+        return self.map.remove(key).map(|(_, l)| l);
+        #[cfg(loom)]
+        return self.map.lock().remove(key);
+    }
+
+    /// Total entries in all lists (Kafka's `watched`, completed-but-unswept entries included).
+    pub(crate) fn watched(&self) -> usize {
+        #[cfg(not(loom))]
+        return self.map.iter().map(|e| e.value().len()).sum();
+        #[cfg(loom)]
+        return self.map.lock().values().map(|l| l.len()).sum();
+    }
+
+    /// Keys with a list.
+    pub(crate) fn keys(&self) -> usize {
+        #[cfg(not(loom))]
+        return self.map.len();
+        #[cfg(loom)]
+        return self.map.lock().len();
+    }
+
+    /// Closes the map (later appends fail) and drains it: every cell in any list, once each.
+    pub(crate) fn close(&self) -> Vec<Arc<OpCell<Op>>> {
+        self.closed.store(true, Ordering::Release);
+        let mut cells = Vec::new();
+        #[cfg(not(loom))]
+        self.map.retain(|_, list| {
+            cells.extend(list.iter().cloned());
+            false
+        });
+        #[cfg(loom)]
+        self.map.lock().retain(|_, list| {
+            cells.extend(list.iter().cloned());
+            false
+        });
+        let mut seen = std::collections::HashSet::new();
+        cells.retain(|c| seen.insert(Arc::as_ptr(c)));
+        cells
+    }
+
+    /// Every list's cells (for invariant checks).
+    pub(crate) fn lists(&self) -> Vec<(K, List<Op>)> {
+        #[cfg(not(loom))]
+        return self
+            .map
+            .iter()
+            .map(|e| (e.key().clone(), Arc::clone(e.value())))
+            .collect();
+        #[cfg(loom)]
+        return self
+            .map
+            .lock()
+            .iter()
+            .map(|(k, l)| (k.clone(), l.clone()))
+            .collect();
+    }
+}
