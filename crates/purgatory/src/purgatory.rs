@@ -19,13 +19,21 @@ pub const DEFAULT_PURGE_INTERVAL: usize = 1000;
 pub const DEFAULT_SHARDS: usize = 512;
 
 /// What [`Purgatory::try_complete_else_watch`] did with an operation it accepted.
-#[derive(Debug)]
 pub struct Watched<Op> {
     /// True if this call completed the operation (ready at the first or second try); false if
     /// it is now watched and timed (another thread may have completed it since).
     pub completed: bool,
     /// A handle to force-complete it or ask whether it completed.
     pub handle: OperationHandle<Op>,
+}
+
+impl<Op> fmt::Debug for Watched<Op> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Watched")
+            .field("completed", &self.completed)
+            .field("handle", &self.handle)
+            .finish()
+    }
 }
 
 /// A snapshot of a purgatory's counters.

@@ -1,0 +1,563 @@
+//! Behaviour of `Purgatory`: completion by checks, by force and by expiry (manual clock),
+//! counts, cancel_for_key, memory release, purge, shutdown, and exactly-once under contention.
+#![cfg(not(loom))]
+#![allow(clippy::disallowed_methods, clippy::disallowed_types)] // std threads and locks in tests
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use purgatory::{DelayedOperation, Purgatory, WatchError};
+use system_timer::{ManualClock, SystemTimer};
+
+const MS: Duration = Duration::from_millis(1);
+const LONG: Duration = Duration::from_secs(3600);
+
+/// What happened to an operation, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Ev {
+    Try,
+    Complete,
+    Expire,
+}
+
+/// A test operation: ready when its flag is set; logs every call; panics if `try_complete` is
+/// called after completion or if two of its methods ever overlap.
+struct Op {
+    ready: Arc<AtomicBool>,
+    log: Arc<Mutex<Vec<Ev>>>,
+    inside: Arc<AtomicBool>,
+    completed: bool,
+    _payload: Option<Payload>,
+}
+
+/// Counts its drops (the "large payload").
+struct Payload(Arc<AtomicUsize>, #[allow(dead_code)] Vec<u8>);
+
+impl Drop for Payload {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, SeqCst);
+    }
+}
+
+#[derive(Clone, Default)]
+struct Probe {
+    ready: Arc<AtomicBool>,
+    log: Arc<Mutex<Vec<Ev>>>,
+    inside: Arc<AtomicBool>,
+}
+
+impl Probe {
+    fn op(&self) -> Op {
+        Op {
+            ready: self.ready.clone(),
+            log: self.log.clone(),
+            inside: self.inside.clone(),
+            completed: false,
+            _payload: None,
+        }
+    }
+    fn events(&self) -> Vec<Ev> {
+        self.log.lock().unwrap().clone()
+    }
+    fn completions(&self) -> usize {
+        self.events().iter().filter(|e| **e == Ev::Complete).count()
+    }
+    fn set_ready(&self) {
+        self.ready.store(true, SeqCst);
+    }
+}
+
+impl Op {
+    fn enter(&self) {
+        assert!(
+            !self.inside.swap(true, SeqCst),
+            "two methods of one operation overlapped"
+        );
+    }
+    fn leave(&self) {
+        self.inside.store(false, SeqCst);
+    }
+}
+
+impl DelayedOperation for Op {
+    fn try_complete(&mut self) -> bool {
+        self.enter();
+        assert!(!self.completed, "try_complete after completion");
+        self.log.lock().unwrap().push(Ev::Try);
+        let r = self.ready.load(SeqCst);
+        self.leave();
+        r
+    }
+    fn on_complete(&mut self) {
+        self.enter();
+        assert!(!self.completed, "on_complete twice");
+        self.completed = true;
+        self.log.lock().unwrap().push(Ev::Complete);
+        self.leave();
+    }
+    fn on_expiration(&mut self) {
+        self.enter();
+        assert!(self.completed, "on_expiration before on_complete");
+        self.log.lock().unwrap().push(Ev::Expire);
+        self.leave();
+    }
+}
+
+/// A purgatory on a manual clock, driven by hand (expiries and purges run in `advance`).
+fn manual(clock: &ManualClock) -> Purgatory<&'static str, Op> {
+    Purgatory::builder()
+        .clock(clock.clone())
+        .reaper(false)
+        .build()
+}
+
+/// An operation not ready at watch time completes when it becomes ready and its key is checked;
+/// the check drops the emptied key; the timer entry is gone at once.
+#[test]
+fn completes_on_a_key_check() {
+    let clock = ManualClock::new(0);
+    let p = manual(&clock);
+    let probe = Probe::default();
+    let w = p.try_complete_else_watch(probe.op(), LONG, &["a"]).unwrap();
+    assert!(!w.completed);
+    assert_eq!(
+        probe.events(),
+        [Ev::Try, Ev::Try],
+        "first try, then the second under the same lock"
+    );
+    assert_eq!((p.watched(), p.delayed()), (1, 1));
+    assert_eq!(p.check_and_complete(&"a"), 0, "not ready yet");
+    probe.set_ready();
+    assert_eq!(p.check_and_complete(&"a"), 1);
+    assert_eq!(p.check_and_complete(&"a"), 0, "completed once");
+    assert_eq!(probe.completions(), 1);
+    assert!(w.handle.is_completed());
+    assert_eq!(
+        (p.watched(), p.delayed()),
+        (0, 0),
+        "key dropped, timer disarmed"
+    );
+    assert_eq!(
+        p.timer().len(),
+        0,
+        "the timer entry was cancelled, not left to fire"
+    );
+    assert_eq!(p.stats().keys, 0);
+    p.check_invariants();
+}
+
+/// Ready at the first try: completed by the call itself, never watched nor timed.
+#[test]
+fn ready_at_first_try_is_completed_by_the_call() {
+    let clock = ManualClock::new(0);
+    let p = manual(&clock);
+    let probe = Probe::default();
+    probe.set_ready();
+    let w = p
+        .try_complete_else_watch(probe.op(), LONG, &["a", "b"])
+        .unwrap();
+    assert!(w.completed);
+    assert_eq!(probe.events(), [Ev::Try, Ev::Complete]);
+    assert_eq!((p.watched(), p.delayed()), (0, 0));
+}
+
+/// Not ready: expires once the timeout passes on the manual clock (not a tick before), with
+/// `on_complete` then `on_expiration`; a later check does not complete it again.
+#[test]
+fn expires_after_the_timeout_on_the_manual_clock() {
+    let clock = ManualClock::new(0);
+    let p = manual(&clock);
+    let probe = Probe::default();
+    let w = p
+        .try_complete_else_watch(probe.op(), 100 * MS, &["a"])
+        .unwrap();
+    clock.advance(99 * MS);
+    p.advance();
+    assert!(!w.handle.is_completed(), "expired early");
+    clock.advance(MS);
+    assert_eq!(p.advance(), 1);
+    assert!(w.handle.is_completed());
+    assert_eq!(probe.events(), [Ev::Try, Ev::Try, Ev::Complete, Ev::Expire]);
+    assert_eq!(p.delayed(), 0);
+    probe.set_ready();
+    assert_eq!(p.check_and_complete(&"a"), 0);
+    assert_eq!(probe.completions(), 1);
+    let st = p.stats();
+    assert_eq!((st.accepted, st.completed, st.expired), (1, 1, 1));
+}
+
+/// `watched()` counts entries per key until swept; `delayed()` drops as soon as an operation
+/// completes on any of its keys.
+#[test]
+fn watched_and_delayed_as_operations_complete_on_some_keys() {
+    let clock = ManualClock::new(0);
+    let p = manual(&clock);
+    let probes: Vec<Probe> = (0..4).map(|_| Probe::default()).collect();
+    for probe in &probes {
+        p.try_complete_else_watch(probe.op(), LONG, &["a", "b"])
+            .unwrap();
+    }
+    assert_eq!((p.watched(), p.delayed()), (8, 4));
+    probes[0].set_ready();
+    assert_eq!(p.check_and_complete(&"a"), 1);
+    // One of four completed on "a": below the sweep threshold, its cell stays on both keys.
+    assert_eq!((p.watched(), p.delayed()), (8, 3));
+    probes[1].set_ready();
+    assert_eq!(p.check_and_complete(&"b"), 1);
+    // Two of four on "b" are done: "b" is swept.
+    assert_eq!((p.watched(), p.delayed()), (6, 2));
+    probes[2].set_ready();
+    probes[3].set_ready();
+    assert_eq!(p.check_and_complete(&"a"), 2);
+    assert_eq!(p.delayed(), 0);
+    assert_eq!(
+        p.watched(),
+        2,
+        "'b' still lists two empty cells until it is checked or purged"
+    );
+    assert_eq!(p.purge(), 2);
+    assert_eq!((p.watched(), p.stats().keys), (0, 0));
+    assert_eq!(probes.iter().map(Probe::completions).sum::<usize>(), 4);
+}
+
+/// `cancel_for_key` on an unknown key returns nothing; on a watched key it returns the pending
+/// operations without completing them, disarms their timers (they never expire), and leaves them
+/// on their other keys, where a check still completes them.
+#[test]
+fn cancel_for_key_with_and_without_watchers() {
+    let clock = ManualClock::new(0);
+    let p = manual(&clock);
+    assert!(p.cancel_for_key(&"nobody").is_empty());
+    let (x, y) = (Probe::default(), Probe::default());
+    p.try_complete_else_watch(x.op(), 10 * MS, &["k", "other"])
+        .unwrap();
+    p.try_complete_else_watch(y.op(), 10 * MS, &["k"]).unwrap();
+    let ops = p.cancel_for_key(&"k");
+    assert_eq!(ops.len(), 2);
+    assert!(ops.iter().all(|h| !h.is_completed()));
+    assert_eq!(p.delayed(), 0);
+    assert_eq!(p.watched(), 1, "x is still on 'other'");
+    clock.advance(Duration::from_secs(1));
+    p.advance();
+    assert_eq!(
+        x.completions() + y.completions(),
+        0,
+        "cancelled timers never expire"
+    );
+    x.set_ready();
+    assert_eq!(p.check_and_complete(&"other"), 1);
+    assert_eq!(x.completions(), 1);
+    assert!(ops[1].force_complete(), "y can still be forced");
+    assert_eq!(y.completions(), 1);
+}
+
+/// The first and second tries of `try_complete_else_watch` run under the operation's lock: a
+/// check on the key that arrives meanwhile waits, and never runs `try_complete` concurrently.
+#[test]
+fn try_complete_runs_under_the_op_lock_during_watch() {
+    struct Slow {
+        calls: Arc<AtomicUsize>,
+        inside: Arc<AtomicBool>,
+        overlaps: Arc<AtomicUsize>,
+        watching: Arc<AtomicBool>,
+    }
+    impl DelayedOperation for Slow {
+        fn try_complete(&mut self) -> bool {
+            if self.inside.swap(true, SeqCst) {
+                self.overlaps.fetch_add(1, SeqCst);
+            }
+            let n = self.calls.fetch_add(1, SeqCst);
+            if n == 0 {
+                // First try: let the checker run against the (not yet watched) key meanwhile.
+                self.watching.store(true, SeqCst);
+                std::thread::sleep(Duration::from_millis(30));
+            } else if n == 1 {
+                std::thread::sleep(Duration::from_millis(30));
+            }
+            self.inside.store(false, SeqCst);
+            n >= 2
+        }
+        fn on_complete(&mut self) {}
+    }
+    let p: Arc<Purgatory<u8, Slow>> = Arc::new(Purgatory::builder().reaper(false).build());
+    let (calls, inside, overlaps, watching) = Default::default();
+    let op = Slow {
+        calls: Arc::clone(&calls),
+        inside: Arc::clone(&inside),
+        overlaps: Arc::clone(&overlaps),
+        watching: Arc::clone(&watching),
+    };
+    let p2 = p.clone();
+    let w2 = watching.clone();
+    let checker = std::thread::spawn(move || {
+        while !w2.load(SeqCst) {
+            std::thread::yield_now();
+        }
+        let mut done = 0;
+        let t0 = Instant::now();
+        while done == 0 && t0.elapsed() < Duration::from_secs(10) {
+            done = p2.check_and_complete(&7);
+        }
+        done
+    });
+    let w = p.try_complete_else_watch(op, LONG, &[7]).unwrap();
+    assert!(!w.completed, "two tries, neither ready");
+    assert_eq!(
+        checker.join().unwrap(),
+        1,
+        "the check completed it (third try)"
+    );
+    assert_eq!(
+        overlaps.load(SeqCst),
+        0,
+        "try_complete ran concurrently with itself"
+    );
+    assert_eq!(calls.load(SeqCst), 3);
+}
+
+/// Kafka's `testTryCompleteWithMultipleThreads`, scaled as the issue asks: 20 threads make 20
+/// rounds of attempts on 100 operations (each watched on its own key) at random small delays;
+/// the last round makes each operation completable. Every operation completes exactly once,
+/// none is lost (the timeout is an hour: nothing expires).
+#[test]
+fn contention_every_operation_completes_exactly_once() {
+    const THREADS: usize = 20;
+    const OPS: usize = 100;
+    const ROUNDS: usize = 20;
+    let p: Arc<Purgatory<usize, Op>> = Arc::new(Purgatory::builder().name("contention").build());
+    let probes: Arc<Vec<Probe>> = Arc::new((0..OPS).map(|_| Probe::default()).collect());
+    for (k, probe) in probes.iter().enumerate() {
+        assert!(
+            !p.try_complete_else_watch(probe.op(), LONG, &[k])
+                .unwrap()
+                .completed
+        );
+    }
+    let rounds: Arc<Vec<AtomicUsize>> = Arc::new((0..OPS).map(|_| AtomicUsize::new(0)).collect());
+    let threads: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (p, probes, rounds) = (p.clone(), probes.clone(), rounds.clone());
+            std::thread::spawn(move || {
+                let mut state = t as u64 + 1;
+                let mut completed = 0;
+                for round in 0..ROUNDS {
+                    for k in 0..OPS {
+                        state = state
+                            .wrapping_mul(6364136223846793005)
+                            .wrapping_add(1442695040888963407);
+                        if (state >> 60) == 0 {
+                            std::thread::sleep(Duration::from_micros((state >> 40) % 200));
+                        }
+                        // The last attempt (of all threads' attempts on this op) makes it ready.
+                        if rounds[k].fetch_add(1, SeqCst) == THREADS * ROUNDS - 1 {
+                            probes[k].set_ready();
+                        }
+                        completed += p.check_and_complete(&k);
+                    }
+                    let _ = round;
+                }
+                completed
+            })
+        })
+        .collect();
+    let total: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert_eq!(total, OPS, "completions reported by the checks");
+    for (k, probe) in probes.iter().enumerate() {
+        assert_eq!(probe.completions(), 1, "operation {k}");
+        assert!(!probe.events().contains(&Ev::Expire));
+    }
+    assert_eq!((p.delayed(), p.watched()), (0, 0));
+    p.check_invariants();
+}
+
+/// An operation with a large payload, completed through key A while also watched on key B, has
+/// its payload dropped at completion, not at the next purge or check of B.
+#[test]
+fn a_completed_operation_releases_its_payload_at_once() {
+    let clock = ManualClock::new(0);
+    let p = manual(&clock);
+    let probe = Probe::default();
+    let drops = Arc::new(AtomicUsize::new(0));
+    let mut op = probe.op();
+    op._payload = Some(Payload(drops.clone(), vec![0u8; 8 << 20]));
+    p.try_complete_else_watch(op, LONG, &["A", "B"]).unwrap();
+    probe.set_ready();
+    assert_eq!(p.check_and_complete(&"A"), 1);
+    assert_eq!(
+        drops.load(SeqCst),
+        1,
+        "payload still alive after completion"
+    );
+    assert_eq!(p.watched(), 1, "B still lists the (now empty) cell");
+    assert_eq!(p.stats().purges, 0, "no purge happened");
+}
+
+/// Completion by force, by a check and by expiry racing on real threads: `on_complete` exactly
+/// once per operation, `on_expiration` only when expiry won and after `on_complete`.
+#[test]
+fn force_check_and_expiry_race_exactly_once() {
+    let p: Arc<Purgatory<u32, Op>> = Arc::new(Purgatory::builder().build());
+    for round in 0..300u32 {
+        let probe = Probe::default();
+        let w = p
+            .try_complete_else_watch(
+                probe.op(),
+                Duration::from_micros(u64::from(round % 7) * 300),
+                &[round],
+            )
+            .unwrap();
+        let (p2, pr2) = (p.clone(), probe.clone());
+        let checker = std::thread::spawn(move || {
+            pr2.set_ready();
+            p2.check_and_complete(&round)
+        });
+        let forced = w.handle.force_complete();
+        let checked = checker.join().unwrap();
+        let t0 = Instant::now();
+        while !w.handle.is_completed() {
+            assert!(t0.elapsed() < Duration::from_secs(10), "hung");
+        }
+        // Let an expiry that lost run its (no-op) task.
+        std::thread::sleep(Duration::from_micros(200));
+        let ev = probe.events();
+        assert_eq!(probe.completions(), 1, "round {round}: {ev:?}");
+        let expired = ev.contains(&Ev::Expire);
+        assert_eq!(
+            usize::from(forced) + checked + usize::from(expired),
+            1,
+            "round {round}: {ev:?}"
+        );
+        if expired {
+            assert_eq!(ev.last(), Some(&Ev::Expire));
+        }
+    }
+    let t0 = Instant::now();
+    while p.delayed() != 0 {
+        assert!(t0.elapsed() < Duration::from_secs(10));
+    }
+}
+
+/// Shutdown hands back exactly the pending operations (never `on_complete`), disarms their
+/// timers, and refuses later operations; an empty key set is refused with the operation.
+#[test]
+fn shutdown_hands_back_pending_operations_and_refuses_new_ones() {
+    let clock = ManualClock::new(0);
+    let p = manual(&clock);
+    let probes: Vec<Probe> = (0..5).map(|_| Probe::default()).collect();
+    for (i, probe) in probes.iter().enumerate() {
+        let keys: &[&str] = if i % 2 == 0 { &["a", "b"] } else { &["b"] };
+        p.try_complete_else_watch(probe.op(), 50 * MS, keys)
+            .unwrap();
+    }
+    probes[1].set_ready();
+    assert_eq!(p.check_and_complete(&"b"), 1);
+    let back = p.shutdown();
+    assert_eq!(
+        back.len(),
+        4,
+        "each pending op once, though some are on two keys"
+    );
+    assert!(probes
+        .iter()
+        .enumerate()
+        .all(|(i, pr)| pr.completions() == usize::from(i == 1)));
+    assert_eq!(p.delayed(), 0);
+    let fresh = Probe::default();
+    assert!(matches!(
+        p.try_complete_else_watch(fresh.op(), LONG, &["a"]),
+        Err(WatchError::Shutdown(_))
+    ));
+    assert!(p.shutdown().is_empty(), "idempotent");
+    let q = manual(&clock);
+    match q.try_complete_else_watch(fresh.op(), LONG, &[]) {
+        Err(WatchError::NoKeys(op)) => drop(op),
+        other => panic!("expected NoKeys, got {other:?}"),
+    }
+    assert!(fresh.events().is_empty(), "a refused op is untouched");
+}
+
+/// The purge is count-triggered: after `purge_interval` watched operations complete, a purge
+/// runs at the next advance of a hand-driven purgatory and sweeps every empty cell.
+#[test]
+fn count_triggered_purge_runs_when_a_manual_purgatory_advances() {
+    let clock = ManualClock::new(0);
+    let p: Purgatory<&str, Op> = Purgatory::builder()
+        .clock(clock.clone())
+        .reaper(false)
+        .purge_interval(10)
+        .build();
+    let probes: Vec<Probe> = (0..40).map(|_| Probe::default()).collect();
+    for probe in &probes {
+        p.try_complete_else_watch(probe.op(), LONG, &["a", "b"])
+            .unwrap();
+    }
+    // Complete 12 through "a" one by one (each check completes one, below the sweep ratio on
+    // "b", which is never checked).
+    for probe in probes.iter().take(12) {
+        probe.set_ready();
+        assert_eq!(p.check_and_complete(&"a"), 1);
+    }
+    let before = p.watched();
+    assert!(before >= 40 + 28, "b still holds all 40 entries: {before}");
+    assert_eq!(p.stats().purges, 0);
+    p.advance(); // runs the purge task the crossing of the interval scheduled
+    assert_eq!(p.stats().purges, 1);
+    assert_eq!(
+        p.watched(),
+        56,
+        "28 pending on each key, all empty cells swept"
+    );
+    p.check_invariants();
+}
+
+/// Two purgatories share one timer: shutting one down hands back its operations and disarms
+/// their entries, and leaves the shared timer (and the other purgatory) running.
+#[test]
+fn a_shared_timer_outlives_a_purgatory_shutdown() {
+    let clock = ManualClock::new(0);
+    let timer = Arc::new(
+        SystemTimer::builder()
+            .clock(clock.clone())
+            .reaper(false)
+            .inline()
+            .build(),
+    );
+    let p1: Purgatory<&str, Op> = Purgatory::builder().timer(timer.clone()).build();
+    let p2: Purgatory<&str, Op> = Purgatory::builder().timer(timer.clone()).build();
+    let (a, b) = (Probe::default(), Probe::default());
+    p1.try_complete_else_watch(a.op(), 10 * MS, &["k"]).unwrap();
+    p2.try_complete_else_watch(b.op(), 10 * MS, &["k"]).unwrap();
+    assert_eq!(timer.len(), 2);
+    assert_eq!(p1.shutdown().len(), 1);
+    assert_eq!(timer.len(), 1, "p1's entry was disarmed");
+    assert!(!timer.is_shutdown());
+    clock.advance(10 * MS);
+    timer.advance();
+    assert_eq!(
+        b.events().last(),
+        Some(&Ev::Expire),
+        "p2 still expires through the shared timer"
+    );
+    assert!(a.events().iter().all(|e| *e == Ev::Try));
+}
+
+/// With its own reaper and executor on the real clock, operations expire by themselves; a
+/// dropped purgatory joins its threads.
+#[test]
+fn the_own_reaper_expires_operations_on_the_real_clock() {
+    let p: Purgatory<u8, Op> = Purgatory::builder().name("realclock").build();
+    let probe = Probe::default();
+    let w = p.try_complete_else_watch(probe.op(), 5 * MS, &[1]).unwrap();
+    let t0 = Instant::now();
+    while !w.handle.is_completed() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "never expired");
+        std::thread::sleep(MS);
+    }
+    assert!(t0.elapsed() >= Duration::from_millis(4));
+    while probe.events().last() != Some(&Ev::Expire) {
+        assert!(t0.elapsed() < Duration::from_secs(30));
+        std::thread::sleep(MS);
+    }
+    drop(p);
+}
