@@ -5,6 +5,11 @@
 
 pub use timing_wheel;
 
+pub mod broker;
 pub mod churn;
+pub mod idle;
+pub mod load;
 pub mod measure;
+pub mod parallel;
+pub mod precision;
 pub mod rng;

@@ -1,7 +1,7 @@
 //! The main job: `cargo run --release` runs the workloads of BENCHMARKS.md and prints tables.
 #![allow(clippy::disallowed_methods)] // a benchmark driver spawns threads and reads the wall clock
 
-use std::process::Command;
+use std::process::{Command, ExitCode};
 
 use clap::{Parser, Subcommand};
 use kafka_timer::churn::{
@@ -10,20 +10,33 @@ use kafka_timer::churn::{
 };
 use kafka_timer::measure::machine_line;
 
+/// With no subcommand: W4, the purgatory load generator (Kafka's TestPurgatoryPerformance shape),
+/// at the low-timeout operating point and 100,000 requests/s unless flags say otherwise.
 #[derive(Parser, Debug)]
 #[command(
     version,
-    about = "Kafka-style timer and purgatory: workloads of BENCHMARKS.md"
+    about = "Kafka-style timer and purgatory: the workloads of BENCHMARKS.md",
+    args_conflicts_with_subcommands = true
 )]
 struct Cli {
     #[command(subcommand)]
     command: Option<Cmd>,
+    #[command(flatten)]
+    w4: kafka_timer::load::Args,
 }
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
     /// W1 churn: add N tasks (1..=30000 ms), cancel 90%; ns/op per phase and bytes per task.
     W1(W1Args),
+    /// W1x2: two threads add and cancel concurrently on one timer; wall ns per op.
+    W1x2(kafka_timer::parallel::Args),
+    /// W2 expiry precision: lateness percentiles, early / missing / duplicate fires, CPU.
+    W2(kafka_timer::precision::Args),
+    /// W3 idle cost: CPU and reaper wake-ups over 10 s idle.
+    W3(kafka_timer::idle::Args),
+    /// W4 purgatory load generator (the default command; same flags).
+    W4(kafka_timer::load::Args),
     /// W5 scale: W1's add and cancel ns/op at N = 10^4 .. 10^7 pending (delay range N × 0.03 ms).
     W5(W5Args),
     /// Internal: add N tasks to one implementation and print the peak RSS (bytes).
@@ -70,10 +83,14 @@ struct W5Args {
     impls: Vec<String>,
 }
 
-fn main() {
+fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Some(Cmd::W1(a)) => w1(&a),
+        Some(Cmd::W1x2(a)) => return kafka_timer::parallel::run(&a),
+        Some(Cmd::W2(a)) => return kafka_timer::precision::run(&a),
+        Some(Cmd::W3(a)) => return kafka_timer::idle::run(&a),
+        Some(Cmd::W4(a)) => return kafka_timer::load::run(&a),
         Some(Cmd::W5(a)) => w5(&a),
         Some(Cmd::RssProbe {
             r#impl,
@@ -82,22 +99,9 @@ fn main() {
         }) => {
             println!("{}", churn::rss_probe(&r#impl, n, range_ms));
         }
-        None => {
-            w1(&W1Args {
-                n: 1_000_000,
-                range_ms: 30_000,
-                runs: 3,
-                impls: churn::IMPLS.iter().map(|s| s.to_string()).collect(),
-                no_bytes: false,
-            });
-            println!();
-            w5(&W5Args {
-                sizes: vec![10_000, 100_000, 1_000_000, 10_000_000],
-                runs: 3,
-                impls: churn::IMPLS.iter().map(|s| s.to_string()).collect(),
-            });
-        }
+        None => return kafka_timer::load::run(&cli.w4),
     }
+    ExitCode::SUCCESS
 }
 
 fn measure(name: &str, runs: usize, delays: &[u64]) -> ChurnFigures {

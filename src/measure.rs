@@ -9,9 +9,37 @@ use std::time::{Duration, Instant};
 /// `/proc/self/task/*/schedstat` run time (exact to the nanosecond, unlike `/proc/self/stat`'s
 /// 10 ms ticks), plus what threads that have already exited used (from `/proc/self/stat`).
 pub fn process_cpu_ns() -> u64 {
+    // Threads that exited are folded into the process totals of /proc/self/stat (in ticks).
+    let stat_total = stat_cpu_ns().unwrap_or(0);
+    live_threads_cpu_ns().max(stat_total)
+}
+
+/// CPU time of the threads alive now, in nanoseconds: the sum of `/proc/self/task/*/schedstat`.
+/// Exact to the nanosecond, so the difference of two readings is the CPU the process used in
+/// between, provided no thread exited in between (a thread started in between counts from its
+/// start). Prefer it to [`process_cpu_ns`] for short or near-idle stretches: once a thread has
+/// exited, that one falls back to `/proc/self/stat`'s 10 ms ticks.
+pub fn live_threads_cpu_ns() -> u64 {
+    threads_cpu_ns(None)
+}
+
+/// [`live_threads_cpu_ns`] without the calling thread: what the other threads (a timer's
+/// background threads, say) used, with none of the measuring thread's own work in it.
+pub fn other_threads_cpu_ns() -> u64 {
+    // "/proc/thread-self" links to "<pid>/task/<tid>".
+    let me = fs::read_link("/proc/thread-self")
+        .ok()
+        .and_then(|p| p.file_name().map(|f| f.to_owned()));
+    threads_cpu_ns(me.as_deref())
+}
+
+fn threads_cpu_ns(skip: Option<&std::ffi::OsStr>) -> u64 {
     let mut live = 0u64;
     if let Ok(dir) = fs::read_dir("/proc/self/task") {
         for task in dir.flatten() {
+            if skip.is_some_and(|s| s == task.file_name()) {
+                continue;
+            }
             if let Ok(s) = fs::read_to_string(task.path().join("schedstat")) {
                 live += s
                     .split_whitespace()
@@ -21,9 +49,7 @@ pub fn process_cpu_ns() -> u64 {
             }
         }
     }
-    // Threads that exited are folded into the process totals of /proc/self/stat (in ticks).
-    let stat_total = stat_cpu_ns().unwrap_or(0);
-    live.max(stat_total)
+    live
 }
 
 /// CPU time of the calling thread, in nanoseconds.

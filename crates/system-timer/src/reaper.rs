@@ -100,7 +100,7 @@ pub(crate) fn start<T: TimerTask>(
     inner: &Arc<Inner<T>>,
     reaper: bool,
     executors: usize,
-    receiver: Option<Receiver<Job<T>>>,
+    receiver: Option<Receiver<Vec<Job<T>>>>,
 ) -> std::io::Result<Threads> {
     let mut threads = Threads::default();
     let parker = Arc::clone(&inner.parker);
@@ -170,14 +170,16 @@ fn has_ready<T: TimerTask>(inner: &Inner<T>) -> bool {
         && matches!(&*inner.dispatch.lock(), crate::timer::Dispatch::Inline(v) if !v.is_empty())
 }
 
-fn executor_loop<T: TimerTask>(inner: &Inner<T>, rx: &Receiver<Job<T>>) {
-    while let Ok(job) = rx.recv() {
-        if inner.stopping.load(Ordering::Acquire) {
-            inner.stats.returned.fetch_add(1, Ordering::Relaxed);
-            inner.returned.lock().push(job.task);
-            continue;
+fn executor_loop<T: TimerTask>(inner: &Inner<T>, rx: &Receiver<Vec<Job<T>>>) {
+    while let Ok(batch) = rx.recv() {
+        for job in batch {
+            if inner.stopping.load(Ordering::Acquire) {
+                inner.stats.returned.fetch_add(1, Ordering::Relaxed);
+                inner.returned.lock().push(job.task);
+                continue;
+            }
+            inner.run_job(job);
         }
-        inner.run_job(job);
     }
 }
 

@@ -82,7 +82,11 @@ impl Histogram {
         };
         Lateness {
             count: total,
-            mean_ns: self.sum.load(Ordering::Relaxed).checked_div(total).unwrap_or(0),
+            mean_ns: self
+                .sum
+                .load(Ordering::Relaxed)
+                .checked_div(total)
+                .unwrap_or(0),
             p50_ns: q(0.50),
             p99_ns: q(0.99),
             p999_ns: q(0.999),

@@ -83,7 +83,9 @@ mod imp {
         }
         #[track_caller]
         pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
-            self.0.lock().unwrap()
+            // No poisoning, as parking_lot: a panic in one model thread must not turn every
+            // later lock (e.g. in a Drop during unwinding) into an abort.
+            self.0.lock().unwrap_or_else(|e| e.into_inner())
         }
     }
 

@@ -54,9 +54,11 @@ pub(crate) struct Job<T> {
 
 /// Where dispatched tasks go.
 pub(crate) enum Dispatch<T> {
-    /// Executor threads, over a channel.
+    /// Executor threads, over a channel. Jobs travel in batches (one message per advance, split
+    /// across the executors): a message per task would make the receivers spin and park once
+    /// per task.
     #[cfg(not(loom))]
-    Executor(crossbeam_channel::Sender<Job<T>>),
+    Executor(crossbeam_channel::Sender<Vec<Job<T>>>),
     /// Run by whoever advances next: tasks due at add time wait here (the reaper is woken).
     Inline(Vec<Job<T>>),
     /// Shut down.
@@ -73,9 +75,11 @@ pub(crate) struct Cap {
 /// Everything the timer's threads share.
 pub(crate) struct Inner<T> {
     pub(crate) wheel: ConcurrentWheel<T>,
-    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) clock: Box<dyn Clock>,
     pub(crate) tick_ns: u64,
     pub(crate) inline: bool,
+    /// Executor threads (0 in inline mode).
+    pub(crate) executors: usize,
     pub(crate) dispatch: Mutex<Dispatch<T>>,
     pub(crate) cap: Option<Arc<Cap>>,
     pub(crate) stats: Counters,
@@ -161,7 +165,7 @@ pub struct SystemTimer<T: TimerTask = Task> {
 pub struct Builder<T: TimerTask = Task> {
     tick: Duration,
     wheel_size: usize,
-    clock: Option<Arc<dyn Clock>>,
+    clock: Option<Box<dyn Clock>>,
     executor_threads: usize,
     inline: bool,
     max_pending: Option<usize>,
@@ -206,7 +210,7 @@ impl<T: TimerTask> Builder<T> {
 
     /// The clock (default: a new [`SystemClock`]).
     pub fn clock(mut self, clock: impl Clock) -> Self {
-        self.clock = Some(Arc::new(clock));
+        self.clock = Some(Box::new(clock));
         self
     }
 
@@ -287,7 +291,7 @@ impl<T: TimerTask> Builder<T> {
         if cfg!(loom) && (self.reaper || !self.inline) {
             return Err(BuildError::LoomNeedsManualDriving);
         }
-        let clock: Arc<dyn Clock> = self.clock.unwrap_or_else(|| Arc::new(SystemClock::new()));
+        let clock: Box<dyn Clock> = self.clock.unwrap_or_else(|| Box::new(SystemClock::new()));
         let start = clock.now_ns();
         let wheel = match self.shards {
             Some(s) => ConcurrentWheel::with_shards(tick_ns, self.wheel_size, start, s)?,
@@ -307,6 +311,11 @@ impl<T: TimerTask> Builder<T> {
             clock,
             tick_ns,
             inline: self.inline,
+            executors: if self.inline {
+                0
+            } else {
+                self.executor_threads
+            },
             dispatch: Mutex::new(dispatch),
             cap: self.max_pending.map(|max| {
                 Arc::new(Cap {
@@ -573,11 +582,18 @@ impl<T: TimerTask> SystemTimer<T> {
         g.check_invariants();
         let w = g.counts();
         drop(g);
-        let st = self.stats();
+        // Reconciled from the counters directly (not `stats()`, whose lateness histogram would
+        // add hundreds of atomic reads to every loom model that calls this).
+        let s = &self.inner.stats;
+        let scheduled = w.added + s.immediate.load(Ordering::Acquire);
+        let fired = s.started.load(Ordering::Acquire);
+        let handed_back = w.handed_back + s.returned.load(Ordering::Acquire);
+        let pending = self.len() as u64;
         assert_eq!(
-            st.scheduled,
-            st.fired + st.cancelled + st.handed_back + st.pending,
-            "task accounting does not reconcile: {st:?} (wheel {w:?})"
+            scheduled,
+            fired + w.cancelled + handed_back + pending,
+            "task accounting does not reconcile: scheduled {scheduled}, fired {fired}, cancelled {}, handed back {handed_back}, pending {pending} (wheel {w:?})",
+            w.cancelled
         );
     }
 }
@@ -597,6 +613,21 @@ impl<T: TimerTask> fmt::Debug for SystemTimer<T> {
             .field("shutdown", &self.is_shutdown())
             .finish()
     }
+}
+
+/// Splits a batch into at most `parts` batches of near-equal size (one per executor thread).
+#[cfg(not(loom))]
+fn split<J>(mut jobs: Vec<J>, parts: usize) -> Vec<Vec<J>> {
+    let parts = parts.clamp(1, jobs.len().max(1));
+    let size = jobs.len().div_ceil(parts);
+    let mut out = Vec::with_capacity(parts);
+    while jobs.len() > size {
+        let tail = jobs.split_off(jobs.len() - size);
+        out.push(tail);
+    }
+    out.push(jobs);
+    out.reverse();
+    out
 }
 
 // ===== impl Inner =====
@@ -649,11 +680,12 @@ impl<T: TimerTask> Inner<T> {
             Dispatch::Executor(tx) => {
                 self.stats.immediate.fetch_add(1, Ordering::Relaxed);
                 self.stats.dispatched.fetch_add(1, Ordering::Release);
-                if let Err(e) = tx.send(job) {
+                if let Err(e) = tx.send(vec![job]) {
                     // Receivers gone means the executors died; never drop a task silently.
                     self.stats.immediate.fetch_sub(1, Ordering::Relaxed);
                     self.stats.dispatched.fetch_sub(1, Ordering::Release);
-                    return Err(ScheduleError::Shutdown(e.into_inner().task));
+                    let job = e.into_inner().pop().expect("one job sent");
+                    return Err(ScheduleError::Shutdown(job.task));
                 }
                 Ok(())
             }
@@ -720,19 +752,30 @@ impl<T: TimerTask> Inner<T> {
             for job in jobs {
                 self.run_job(job);
             }
-            return;
+        } else {
+            #[cfg(not(loom))]
+            self.send_to_executors(jobs);
         }
-        #[cfg(not(loom))]
+    }
+
+    /// Sends jobs to the executor threads, in one batch per executor.
+    #[cfg(not(loom))]
+    fn send_to_executors(&self, jobs: Vec<Job<T>>) {
         {
             let d = self.dispatch.lock();
             match &*d {
                 Dispatch::Executor(tx) => {
-                    for job in jobs {
-                        if let Err(e) = tx.send(job) {
+                    for batch in split(jobs, self.executors) {
+                        if let Err(e) = tx.send(batch) {
                             // Unreachable while `running` is raised (shutdown waits for it), but
                             // never lose a task: hand it back.
-                            self.stats.returned.fetch_add(1, Ordering::Relaxed);
-                            self.returned.lock().push(e.into_inner().task);
+                            let batch = e.into_inner();
+                            self.stats
+                                .returned
+                                .fetch_add(batch.len() as u64, Ordering::Relaxed);
+                            self.returned
+                                .lock()
+                                .extend(batch.into_iter().map(|j| j.task));
                         }
                     }
                 }

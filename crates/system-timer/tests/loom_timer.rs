@@ -4,18 +4,24 @@
 //!
 //! ```sh
 //! RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom LOOM_MAX_PREEMPTIONS=2 \
-//!     cargo test --profile loom -p system-timer --test loom_timer
+//!     cargo test --profile loom -p system-timer --test loom_timer -- --nocapture
 //! ```
 //!
 //! Every timer is built with `.reaper(false).inline()` on a `ManualClock` and driven by explicit
 //! `advance_to` calls, so a task runs inline on the thread that advanced the timer. Every task is
-//! a [`Probe`] holding loom `Arc`s (the clock and the run log), so a task the timer loses by
-//! leaking it fails the model as "Arc leaked."; each task that runs appends a [`Run`] to the log
-//! (under a loom mutex, so the log's order is the order in which the tasks really ran), and the
-//! models account for every task exactly once: ran, cancelled, handed back by `shutdown`, or
-//! returned in an error.
+//! a [`Probe`] holding loom `Arc`s (the clock and the run log), so a task the timer leaks fails
+//! the model as "Arc leaked."; each task that runs appends a [`Run`] to the log (under a loom
+//! mutex, so the log's order is the order in which the tasks really ran), and the models account
+//! for every task exactly once: ran, cancelled, handed back by `shutdown`, or returned in an
+//! error.
+//!
+//! Each model returns the name of the outcome its execution reached, and [`model`] fails unless
+//! every outcome the race allows was reached in some execution: a model that stops exploring
+//! the race (see [`set_clock`]) fails instead of passing vacuously. With `--nocapture` it prints
+//! the number of executions and how often each outcome was reached.
 #![cfg(loom)]
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
@@ -24,6 +30,59 @@ use loom::thread;
 use system_timer::{Builder, ManualClock, ScheduleError, SystemTimer, TimerHandle, TimerTask};
 
 const MS: Duration = Duration::from_millis(1);
+
+/// Loom's branch cap for these models. `check_invariants` reads `stats()`, whose lateness
+/// histogram is about 500 loom atomics, so one `check_invariants` alone takes about 500
+/// branches and loom's default cap of 1000 is too small for a model that also does some work.
+/// Raising it adds no interleavings (the check runs after every thread is joined); it only lets
+/// an execution be longer.
+const MAX_BRANCHES: usize = 10_000;
+
+/// Runs `f` under loom (settings from the environment, as `loom::model`, but with at least
+/// [`MAX_BRANCHES`]) and checks that each of `expected` outcomes was reached by some execution.
+///
+/// `loom::model::Builder::check` logs nothing (only `loom::model` installs the `tracing`
+/// subscriber that `LOOM_LOG` needs), so this prints the number of executions itself.
+// The tally and the timing are the harness's, outside the model: std on purpose.
+#[allow(clippy::disallowed_types, clippy::disallowed_methods)]
+fn model(expected: &'static [&'static str], f: impl Fn() -> &'static str + Sync + Send + 'static) {
+    // Outside the model (std, not loom): only counts executions and outcomes.
+    let outcomes = std::sync::Arc::new(std::sync::Mutex::new(BTreeMap::<&str, usize>::new()));
+    let mut builder = loom::model::Builder::new();
+    builder.max_branches = builder.max_branches.max(MAX_BRANCHES);
+    let seen = std::sync::Arc::clone(&outcomes);
+    let started = std::time::Instant::now();
+    builder.check(move || {
+        let outcome = f();
+        *seen.lock().unwrap().entry(outcome).or_default() += 1;
+    });
+    let outcomes = outcomes.lock().unwrap();
+    let name = std::thread::current().name().unwrap_or("model").to_owned();
+    println!(
+        "{name}: completed in {} iterations, {:.2?}; outcomes {outcomes:?}",
+        outcomes.values().sum::<usize>(),
+        started.elapsed()
+    );
+    for e in expected {
+        assert!(
+            outcomes.contains_key(e),
+            "{name}: outcome {e:?} never reached (reached: {outcomes:?})"
+        );
+    }
+    for o in outcomes.keys() {
+        assert!(expected.contains(o), "{name}: unexpected outcome {o:?}");
+    }
+}
+
+/// Sets the clock to `ms`. Loom 0.7.2 does not explore a read on another thread landing after
+/// `ManualClock::advance`: that is a `fetch_update`, which loom runs as a load followed by a
+/// compare-exchange, and its exploration never schedules the other thread's read between the
+/// two (a minimal model, `advance` on a spawned thread against `now_ms` on the main thread, only
+/// ever reads the old time). `set_ms` is a single `fetch_max`, which loom explores fully; with
+/// one thread moving the clock, setting it to the current time plus `d` is advancing it by `d`.
+fn set_clock(clock: &ManualClock, ms: u64) {
+    clock.set_ms(ms);
+}
 
 /// One run of a task: its id and the clock's reading (ms) when it started.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,6 +133,10 @@ fn runs(log: &Log) -> Vec<Run> {
     log.lock().unwrap().clone()
 }
 
+fn ids(tasks: &[Probe]) -> Vec<u32> {
+    tasks.iter().map(|p| p.id).collect()
+}
+
 /// Tick 1 ms, one shard, inline, no reaper: level 0 spans `wheel_size` ms.
 fn timer(clock: &ManualClock, wheel_size: usize) -> SystemTimer<Probe> {
     Builder::<Probe>::new()
@@ -96,12 +159,12 @@ fn assert_handle(h: &TimerHandle<Probe>, ran: bool, cancelled: bool, handed_back
 }
 
 /// R1 + R2: a user cancels a 6 ms task (wheel size 4: it starts in the overflow level) while the
-/// reaper flushes the overflow bucket at 4 ms (re-adding the entry at level 0) and then passes
-/// the deadline at 8 ms. Kafka's "this thread sees null and exits the loop, but the other thread
-/// inserts the entry to another list later".
+/// reaper moves the clock to 4 ms and flushes the overflow bucket (re-adding the entry at level
+/// 0), then moves it to 8 ms, past the deadline. Kafka's "this thread sees null and exits the
+/// loop, but the other thread inserts the entry to another list later".
 #[test]
 fn cancel_races_overflow_flush_and_expiry() {
-    loom::model(|| {
+    model(&["cancelled", "ran"], || {
         let clock = ManualClock::new(0);
         let log = new_log();
         let timer = Arc::new(timer(&clock, 4));
@@ -110,9 +173,9 @@ fn cancel_races_overflow_flush_and_expiry() {
         let reaper = {
             let (timer, clock) = (Arc::clone(&timer), clock.clone());
             thread::spawn(move || {
-                clock.advance(4 * MS);
+                set_clock(&clock, 4);
                 let a = timer.advance_to(clock.now_ms()); // flush the overflow bucket
-                clock.advance(4 * MS);
+                set_clock(&clock, 8);
                 let b = timer.advance_to(clock.now_ms()); // past the deadline
                 (a, b)
             })
@@ -130,19 +193,25 @@ fn cancel_races_overflow_flush_and_expiry() {
         assert_eq!(a, 0, "nothing is due at 4 ms");
         assert_eq!(a + b, runs.len(), "advance_to counts the runs");
         for r in &runs {
-            assert_eq!(r.id, 1);
+            assert_eq!(*r, Run { id: 1, now_ms: 8 });
             assert!(r.now_ms >= handle.deadline_ms(), "early: {r:?}");
         }
         assert_handle(&handle, runs.len() == 1, cancelled, false);
         assert_eq!(timer.len(), 0);
         timer.check_invariants();
+        if cancelled {
+            "cancelled"
+        } else {
+            "ran"
+        }
     });
 }
 
-/// R1 at level 0: a user cancels a 2 ms task while the reaper flushes its bucket and runs it.
+/// R1 at level 0: a user cancels a 2 ms task while the reaper moves the clock to 2 ms, flushes
+/// the task's bucket and runs it.
 #[test]
 fn cancel_races_fire() {
-    loom::model(|| {
+    model(&["cancelled", "ran"], || {
         let clock = ManualClock::new(0);
         let log = new_log();
         let timer = Arc::new(timer(&clock, 4));
@@ -151,7 +220,7 @@ fn cancel_races_fire() {
         let reaper = {
             let (timer, clock) = (Arc::clone(&timer), clock.clone());
             thread::spawn(move || {
-                clock.advance(2 * MS);
+                set_clock(&clock, 2);
                 timer.advance_to(clock.now_ms())
             })
         };
@@ -171,16 +240,27 @@ fn cancel_races_fire() {
         assert_handle(&handle, runs.len() == 1, cancelled, false);
         assert_eq!(timer.len(), 0);
         timer.check_invariants();
+        if cancelled {
+            "cancelled"
+        } else {
+            "ran"
+        }
     });
 }
 
-/// R4: `add(1 ms)` (one shard lock) races the reaper moving the clock by 1 ms and advancing
-/// (every shard lock). The add may read the clock before or after it moved, and reach the wheel
-/// before or after the advance. After one more advance past every possible deadline the task
-/// has run exactly once, and never before its deadline.
+/// R4: `add(1 ms)` (one shard lock) races the reaper moving the clock to 1 ms and advancing
+/// (every shard lock). The add reads the clock before or after it moved (deadline 1 or 2 ms) and
+/// reaches the wheel before or after the advance (in the wheel, or already due and dispatched at
+/// once). After one more advance, to 2 ms, past every possible deadline, the task has run
+/// exactly once, and never before its deadline.
 #[test]
 fn add_races_advance() {
-    loom::model(|| {
+    const OUTCOMES: &[&str] = &[
+        "deadline 1 ms, run by the racing advance",
+        "deadline 1 ms, already due at add, run by the next advance",
+        "deadline 2 ms, run by the next advance",
+    ];
+    model(OUTCOMES, || {
         let clock = ManualClock::new(0);
         let log = new_log();
         let timer = Arc::new(timer(&clock, 4));
@@ -188,14 +268,22 @@ fn add_races_advance() {
         let reaper = {
             let (timer, clock) = (Arc::clone(&timer), clock.clone());
             thread::spawn(move || {
-                clock.advance(MS);
+                set_clock(&clock, 1);
                 timer.advance_to(clock.now_ms())
             })
         };
         let handle = timer.add(MS, probe(1, &clock, &log)).unwrap();
         let a = reaper.join().unwrap();
-        // The deadline is 1 or 2 ms (the add read the clock at 0 or 1 ms): 2 ms is past both.
-        clock.advance(MS);
+        // Nothing overdue is left behind: an entry linked before the racing advance took the
+        // locks was fired by it; one linked after it is in a later bucket, or was due at once.
+        let next = timer.next_expiration();
+        assert!(
+            next.is_none_or(|t| t > timer.now()),
+            "bucket at {next:?} overdue at {:?}",
+            timer.now()
+        );
+        timer.check_invariants();
+        set_clock(&clock, 2);
         let b = timer.advance_to(clock.now_ms());
 
         let runs = runs(&log);
@@ -208,17 +296,26 @@ fn add_races_advance() {
             runs[0].now_ms,
             handle.deadline_ms()
         );
-        assert_handle(&handle, true, false, false);
+        assert!(!handle.is_pending() && !handle.is_cancelled() && !handle.is_handed_back());
+        assert!(handle.is_fired());
+        assert!(!handle.cancel());
         assert_eq!(timer.len(), 0);
         timer.check_invariants();
+        match (handle.deadline_ms(), a) {
+            (1, 1) => OUTCOMES[0],
+            (1, _) => OUTCOMES[1],
+            (2, _) => OUTCOMES[2],
+            (d, _) => panic!("deadline {d} ms"),
+        }
     });
 }
 
 /// R8: an `add` of a task not yet due races `shutdown`. The task is either refused (handed back
-/// in `ScheduleError::Shutdown`) or handed back by shutdown; never both, never lost, never run.
+/// in `ScheduleError::Shutdown`) or handed back by shutdown; never both, never lost, never run,
+/// not even by an advance past its deadline after shutdown.
 #[test]
 fn shutdown_races_add() {
-    loom::model(|| {
+    model(&["refused", "handed back"], || {
         let clock = ManualClock::new(0);
         let log = new_log();
         let timer = Arc::new(timer(&clock, 4));
@@ -229,24 +326,28 @@ fn shutdown_races_add() {
         };
         let returned = timer.shutdown();
         let added = adder.join().unwrap();
-        // Nothing runs after shutdown, even past the deadline.
-        clock.advance(2 * MS);
-        assert_eq!(timer.advance_to(clock.now_ms()), 0);
+        set_clock(&clock, 2);
+        assert_eq!(
+            timer.advance_to(clock.now_ms()),
+            0,
+            "advanced after shutdown"
+        );
 
         let runs = runs(&log);
-        assert!(runs.is_empty(), "never due while the timer ran: {runs:?}");
-        match added {
+        assert!(runs.is_empty(), "ran: {runs:?}");
+        let outcome = match added {
             Ok(h) => {
-                let ids: Vec<u32> = returned.iter().map(|p| p.id).collect();
-                assert_eq!(ids, [1], "accepted before the close, so handed back");
+                assert_eq!(ids(&returned), [1], "accepted, so handed back");
                 assert_handle(&h, false, false, true);
+                "handed back"
             }
             Err(ScheduleError::Shutdown(p)) => {
                 assert_eq!(p.id, 1);
                 assert!(returned.is_empty(), "refused and handed back: {returned:?}");
+                "refused"
             }
             Err(e) => panic!("unexpected {e:?}"),
-        }
+        };
         assert!(timer.is_shutdown());
         assert!(
             timer.shutdown().is_empty(),
@@ -254,16 +355,17 @@ fn shutdown_races_add() {
         );
         assert_eq!(timer.len(), 0);
         timer.check_invariants();
+        outcome
     });
 }
 
-/// R8 for a task already due: `add(ZERO)` (dispatched at once into the inline ready list) and
-/// an `advance_to` on the adding thread race `shutdown`. The task is refused, handed back by
-/// shutdown, or ran before shutdown returned: exactly one of these, and nothing runs after
-/// shutdown returns.
+/// R8 for a task already due: `add(ZERO)` (dispatched at once into the inline ready list), then
+/// an `advance_to` on the same thread, race `shutdown`. The task is refused, handed back by
+/// shutdown, or ran before shutdown returned: exactly one of these; nothing runs after shutdown
+/// returns.
 #[test]
 fn shutdown_races_due_add() {
-    loom::model(|| {
+    model(&["refused", "handed back", "ran"], || {
         let clock = ManualClock::new(0);
         let log = new_log();
         let timer = Arc::new(timer(&clock, 4));
@@ -283,43 +385,54 @@ fn shutdown_races_due_add() {
         let runs = runs(&log);
         assert_eq!(runs, runs_at_shutdown, "a task ran after shutdown returned");
         assert_eq!(n, runs.len(), "advance_to counts the runs");
-        let ids: Vec<u32> = returned.iter().map(|p| p.id).collect();
-        match added {
+        let returned = ids(&returned);
+        let outcome = match added {
             Ok(h) => {
                 assert_eq!(
-                    runs.len() + ids.len(),
+                    runs.len() + returned.len(),
                     1,
-                    "accepted: ran or handed back, once (runs {runs:?}, returned {ids:?})"
+                    "accepted: ran or handed back, once (runs {runs:?}, returned {returned:?})"
                 );
-                assert!(runs.iter().all(|r| r.id == 1) && ids.iter().all(|&id| id == 1));
+                assert!(runs.iter().all(|r| *r == Run { id: 1, now_ms: 0 }));
+                assert!(returned.iter().all(|&id| id == 1));
                 // Dispatched at once: the handle reports it fired, whoever ends up with it.
                 assert!(h.is_fired() && !h.is_cancelled() && !h.is_pending());
                 assert!(!h.cancel());
+                if runs.is_empty() {
+                    "handed back"
+                } else {
+                    "ran"
+                }
             }
             Err(ScheduleError::Shutdown(p)) => {
                 assert_eq!(p.id, 1);
                 assert!(
-                    runs.is_empty() && ids.is_empty(),
-                    "refused, yet ran {runs:?} or handed back {ids:?}"
+                    runs.is_empty() && returned.is_empty(),
+                    "refused, yet ran {runs:?} or handed back {returned:?}"
                 );
+                "refused"
             }
             Err(e) => panic!("unexpected {e:?}"),
-        }
+        };
         assert_eq!(timer.len(), 0);
         timer.check_invariants();
+        outcome
     });
 }
 
-/// Shutdown races an `advance_to` that has a due task to run: the task either ran (before
-/// shutdown returned) or was handed back by shutdown; never both, never neither.
+/// `shutdown` races an `advance_to` that has due tasks to run: task 1 due in the wheel, task 2
+/// added when already due (so waiting in the inline ready list). Each task either ran (before
+/// shutdown returned) or was handed back by shutdown; never both, never neither; nothing runs
+/// after shutdown returns.
 #[test]
 fn shutdown_races_advance() {
-    loom::model(|| {
+    model(&["ran", "handed back"], || {
         let clock = ManualClock::new(0);
         let log = new_log();
         let timer = Arc::new(timer(&clock, 4));
+        let ready = timer.add(Duration::ZERO, probe(2, &clock, &log)).unwrap();
         let handle = timer.add(MS, probe(1, &clock, &log)).unwrap();
-        clock.advance(MS);
+        set_clock(&clock, 1);
 
         let reaper = {
             let (timer, clock) = (Arc::clone(&timer), clock.clone());
@@ -331,20 +444,30 @@ fn shutdown_races_advance() {
 
         let runs = runs(&log);
         assert_eq!(runs, runs_at_shutdown, "a task ran after shutdown returned");
-        let ids: Vec<u32> = returned.iter().map(|p| p.id).collect();
-        assert_eq!(
-            runs.len() + ids.len(),
-            1,
-            "ran or handed back, exactly once (runs {runs:?}, returned {ids:?})"
-        );
         assert_eq!(n, runs.len(), "advance_to counts the runs");
-        for r in &runs {
-            assert_eq!(*r, Run { id: 1, now_ms: 1 });
-        }
-        assert_eq!(ids.iter().filter(|&&id| id == 1).count(), ids.len());
-        assert_handle(&handle, runs.len() == 1, false, ids.len() == 1);
+        assert!(runs.iter().all(|r| r.now_ms == 1), "{runs:?}");
+        let returned = ids(&returned);
+        let mut all: Vec<u32> = runs
+            .iter()
+            .map(|r| r.id)
+            .chain(returned.iter().copied())
+            .collect();
+        all.sort_unstable();
+        assert_eq!(
+            all,
+            [1, 2],
+            "each task ran or was handed back, exactly once (runs {runs:?}, returned {returned:?})"
+        );
+        let ran1 = runs.iter().any(|r| r.id == 1);
+        assert_handle(&handle, ran1, false, !ran1);
+        assert!(ready.is_fired() && !ready.is_pending() && !ready.cancel());
         assert_eq!(timer.len(), 0);
         timer.check_invariants();
+        if ran1 {
+            "ran"
+        } else {
+            "handed back"
+        }
     });
 }
 
@@ -352,25 +475,33 @@ fn shutdown_races_advance() {
 /// races an `advance_to`. The task runs exactly once: in that advance, or in the next one.
 #[test]
 fn zero_delay_add_races_advance() {
-    loom::model(|| {
-        let clock = ManualClock::new(0);
-        let log = new_log();
-        let timer = Arc::new(timer(&clock, 4));
+    model(
+        &["run by the racing advance", "run by the next advance"],
+        || {
+            let clock = ManualClock::new(0);
+            let log = new_log();
+            let timer = Arc::new(timer(&clock, 4));
 
-        let reaper = {
-            let (timer, clock) = (Arc::clone(&timer), clock.clone());
-            thread::spawn(move || timer.advance_to(clock.now_ms()))
-        };
-        let handle = timer.add(Duration::ZERO, probe(1, &clock, &log)).unwrap();
-        let a = reaper.join().unwrap();
-        let b = timer.advance_to(clock.now_ms());
+            let reaper = {
+                let (timer, clock) = (Arc::clone(&timer), clock.clone());
+                thread::spawn(move || timer.advance_to(clock.now_ms()))
+            };
+            let handle = timer.add(Duration::ZERO, probe(1, &clock, &log)).unwrap();
+            let a = reaper.join().unwrap();
+            let b = timer.advance_to(clock.now_ms());
 
-        let runs = runs(&log);
-        assert_eq!(runs, [Run { id: 1, now_ms: 0 }], "ran exactly once");
-        assert_eq!(a + b, 1, "one of the two advances ran it (a {a}, b {b})");
-        assert!(handle.is_fired() && !handle.is_cancelled() && !handle.is_pending());
-        assert!(!handle.cancel());
-        assert_eq!(timer.len(), 0);
-        timer.check_invariants();
-    });
+            let runs = runs(&log);
+            assert_eq!(runs, [Run { id: 1, now_ms: 0 }], "ran exactly once");
+            assert_eq!(a + b, 1, "one of the two advances ran it (a {a}, b {b})");
+            assert!(handle.is_fired() && !handle.is_cancelled() && !handle.is_pending());
+            assert!(!handle.cancel());
+            assert_eq!(timer.len(), 0);
+            timer.check_invariants();
+            if a == 1 {
+                "run by the racing advance"
+            } else {
+                "run by the next advance"
+            }
+        },
+    );
 }

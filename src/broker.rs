@@ -1,0 +1,526 @@
+//! A broker-like simulation of the purgatory's main use (Kafka's DelayedProduce and
+//! DelayedFetch), run by `examples/broker.rs` and checked by `tests/broker.rs`.
+//!
+//! * Partitions have a leader log end offset (LEO) and a high watermark (HW); follower threads
+//!   fetch from the leaders (their offsets move to the LEO after a random lag, sometimes a long
+//!   stall) and the leader advances the HW to the smallest follower offset.
+//! * Producers append to 1–3 partitions with acks=all: a [`DelayedProduce`] completes when the
+//!   HW has passed its offset on every partition it wrote, or times out with its
+//!   `REQUEST_TIMED_OUT` status preset (as Kafka's `DelayedProduce`).
+//! * Consumers fetch with `min_bytes` and `max_wait` (a [`DelayedFetch`]): complete once at
+//!   least `min_bytes` below the HW are available across their partitions, or at `max_wait`
+//!   with whatever there is.
+//! * Every HW move calls `check_and_complete` on both purgatories for that partition.
+#![allow(clippy::disallowed_methods, clippy::disallowed_types)] // simulation threads and locks
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::SeqCst};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use purgatory::{DelayedOperation, Purgatory};
+
+use crate::rng::SplitMix64;
+
+/// A produce's per-partition outcome, as Kafka's error codes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// Acknowledged by every replica (HW passed the offset).
+    None,
+    /// Preset at construction; what an expired produce reports for unacknowledged partitions.
+    RequestTimedOut,
+}
+
+/// Simulation parameters.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Partitions.
+    pub partitions: u32,
+    /// Follower replicas per partition.
+    pub followers: usize,
+    /// Producer threads.
+    pub producers: usize,
+    /// Produce requests per producer.
+    pub produces_each: usize,
+    /// Consumer threads.
+    pub consumers: usize,
+    /// Produce timeout (Kafka's `timeout.ms` of an acks=all produce).
+    pub produce_timeout: Duration,
+    /// Fetch `max.wait.ms`.
+    pub fetch_max_wait: Duration,
+    /// Fetch `min.bytes`.
+    pub min_bytes: u64,
+    /// Longest ordinary follower lag.
+    pub follower_lag: Duration,
+    /// Every `stall_every`-th follower round stalls (longer than the produce timeout), so some
+    /// produces time out.
+    pub stall_every: u64,
+    /// Pause of a producer after every 4 requests.
+    pub produce_pace: Duration,
+    /// Print live stats every this often (`None`: quiet).
+    pub stats_every: Option<Duration>,
+    /// Random seed.
+    pub seed: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            partitions: 8,
+            followers: 2,
+            producers: 4,
+            produces_each: 2_000,
+            consumers: 4,
+            produce_timeout: Duration::from_millis(100),
+            fetch_max_wait: Duration::from_millis(50),
+            min_bytes: 4_096,
+            follower_lag: Duration::from_millis(3),
+            stall_every: 300,
+            produce_pace: Duration::from_millis(2),
+            stats_every: Some(Duration::from_millis(500)),
+            seed: 42,
+        }
+    }
+}
+
+/// What the simulation observed; [`Report::check`] says whether every request was answered
+/// exactly once with the right status.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Produce requests issued.
+    pub produces: usize,
+    /// Produce responses with every partition acknowledged.
+    pub produces_acked: usize,
+    /// Produce responses that timed out (some partition `REQUEST_TIMED_OUT`).
+    pub produces_timed_out: usize,
+    /// Fetch requests issued.
+    pub fetches: usize,
+    /// Fetches answered before `max_wait` (with at least `min_bytes`).
+    pub fetches_satisfied: usize,
+    /// Fetches answered at `max_wait`.
+    pub fetches_expired: usize,
+    /// Problems found (empty when everything checked out).
+    pub problems: Vec<String>,
+    /// Wall time.
+    pub elapsed: Duration,
+}
+
+impl Report {
+    /// Ok if every produce and fetch was answered exactly once with a consistent status.
+    pub fn check(&self) -> Result<(), String> {
+        if self.problems.is_empty() {
+            Ok(())
+        } else {
+            Err(self.problems.join("\n"))
+        }
+    }
+}
+
+struct Partition {
+    leo: AtomicU64,
+    hw: AtomicU64,
+    followers: Vec<AtomicU64>,
+}
+
+struct Log {
+    partitions: Vec<Partition>,
+}
+
+impl Log {
+    fn hw(&self, p: u32) -> u64 {
+        self.partitions[p as usize].hw.load(SeqCst)
+    }
+}
+
+/// One produce response: per partition, the status and the HW when the response was built.
+struct ProduceResponse {
+    statuses: Vec<(u32, u64, Status, u64)>,
+    expired: bool,
+}
+
+/// Kafka's `DelayedProduce` (acks = all).
+struct DelayedProduce {
+    id: usize,
+    log: Arc<Log>,
+    /// (partition, required offset, status: preset to `RequestTimedOut`).
+    parts: Vec<(u32, u64, Status)>,
+    expired: bool,
+    responses: Arc<Vec<Mutex<Option<ProduceResponse>>>>,
+    answered: Arc<Vec<AtomicU8>>,
+}
+
+impl DelayedOperation for DelayedProduce {
+    fn try_complete(&mut self) -> bool {
+        for (p, required, status) in &mut self.parts {
+            if *status != Status::None && self.log.hw(*p) >= *required {
+                *status = Status::None;
+            }
+        }
+        self.parts.iter().all(|(_, _, s)| *s == Status::None)
+    }
+    fn on_complete(&mut self) {
+        // Built from the statuses as they stand: on expiry, unacknowledged partitions keep the
+        // preset REQUEST_TIMED_OUT. (Kafka calls onComplete before onExpiration, so `expired`
+        // is recorded by on_expiration below.)
+        let statuses = self
+            .parts
+            .iter()
+            .map(|&(p, r, s)| (p, r, s, self.log.hw(p)))
+            .collect();
+        self.answered[self.id].fetch_add(1, SeqCst);
+        *self.responses[self.id].lock().unwrap() = Some(ProduceResponse {
+            statuses,
+            expired: false,
+        });
+    }
+    fn on_expiration(&mut self) {
+        self.expired = true;
+        if let Some(r) = self.responses[self.id].lock().unwrap().as_mut() {
+            r.expired = true;
+        }
+    }
+}
+
+/// One fetch response.
+struct FetchResponse {
+    bytes: u64,
+    expired: bool,
+}
+
+/// Kafka's `DelayedFetch` (a consumer reading up to the HW).
+struct DelayedFetch {
+    id: usize,
+    log: Arc<Log>,
+    /// (partition, fetch offset).
+    parts: Vec<(u32, u64)>,
+    min_bytes: u64,
+    reply: mpsc::Sender<(usize, FetchResponse)>,
+    answered: Arc<Vec<AtomicU8>>,
+    bytes: u64,
+    expired: bool,
+}
+
+impl DelayedFetch {
+    fn available(&self) -> u64 {
+        self.parts
+            .iter()
+            .map(|&(p, off)| self.log.hw(p).saturating_sub(off))
+            .sum()
+    }
+}
+
+impl DelayedOperation for DelayedFetch {
+    fn try_complete(&mut self) -> bool {
+        self.available() >= self.min_bytes
+    }
+    fn on_complete(&mut self) {
+        self.bytes = self.available();
+        self.answered[self.id].fetch_add(1, SeqCst);
+    }
+    fn on_expiration(&mut self) {
+        self.expired = true;
+    }
+}
+
+impl Drop for DelayedFetch {
+    fn drop(&mut self) {
+        // The purgatory drops an operation right after on_complete (and on_expiration), so the
+        // response goes out here, once, with the expiry known.
+        let _ = self.reply.send((
+            self.id,
+            FetchResponse {
+                bytes: self.bytes,
+                expired: self.expired,
+            },
+        ));
+    }
+}
+
+/// Runs the simulation.
+pub fn run(cfg: &Config) -> Report {
+    let t0 = Instant::now();
+    let log = Arc::new(Log {
+        partitions: (0..cfg.partitions)
+            .map(|_| Partition {
+                leo: AtomicU64::new(0),
+                hw: AtomicU64::new(0),
+                followers: (0..cfg.followers).map(|_| AtomicU64::new(0)).collect(),
+            })
+            .collect(),
+    });
+    let produce: Arc<Purgatory<u32, DelayedProduce>> =
+        Arc::new(Purgatory::builder().name("produce").build());
+    let fetch: Arc<Purgatory<u32, DelayedFetch>> =
+        Arc::new(Purgatory::builder().name("fetch").build());
+    let n_produces = cfg.producers * cfg.produces_each;
+    let responses: Arc<Vec<Mutex<Option<ProduceResponse>>>> =
+        Arc::new((0..n_produces).map(|_| Mutex::new(None)).collect());
+    let produce_answered: Arc<Vec<AtomicU8>> =
+        Arc::new((0..n_produces).map(|_| AtomicU8::new(0)).collect());
+    let producing = Arc::new(AtomicUsize::new(cfg.producers));
+    let stop = Arc::new(AtomicBool::new(false));
+
+    // Followers: each thread replicates every partition for one follower slot.
+    let followers: Vec<_> = (0..cfg.followers)
+        .map(|f| {
+            let (log, produce, fetch, stop, cfg) = (
+                log.clone(),
+                produce.clone(),
+                fetch.clone(),
+                stop.clone(),
+                cfg.clone(),
+            );
+            std::thread::spawn(move || {
+                let mut rng = SplitMix64::new(cfg.seed ^ (0xF0 + f as u64));
+                let mut round = 0u64;
+                while !stop.load(SeqCst) {
+                    round += 1;
+                    let lag = if cfg.stall_every > 0 && round % cfg.stall_every == 0 {
+                        cfg.produce_timeout * 2
+                    } else {
+                        Duration::from_nanos(rng.next() % cfg.follower_lag.as_nanos().max(1) as u64)
+                    };
+                    std::thread::sleep(lag);
+                    for (p, part) in log.partitions.iter().enumerate() {
+                        part.followers[f].store(part.leo.load(SeqCst), SeqCst);
+                        // The leader's HW: the smallest offset every replica has.
+                        let min = part
+                            .followers
+                            .iter()
+                            .map(|o| o.load(SeqCst))
+                            .min()
+                            .unwrap_or(0);
+                        if part.hw.fetch_max(min, SeqCst) < min {
+                            produce.check_and_complete(&(p as u32));
+                            fetch.check_and_complete(&(p as u32));
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+
+    // Producers.
+    let producers: Vec<_> = (0..cfg.producers)
+        .map(|t| {
+            let (log, produce, responses, answered, producing, cfg) = (
+                log.clone(),
+                produce.clone(),
+                responses.clone(),
+                produce_answered.clone(),
+                producing.clone(),
+                cfg.clone(),
+            );
+            std::thread::spawn(move || {
+                let mut rng = SplitMix64::new(cfg.seed ^ (0x100 + t as u64));
+                for i in 0..cfg.produces_each {
+                    let id = t * cfg.produces_each + i;
+                    let n_parts = 1 + (rng.next() % 3) as u32;
+                    let first = (rng.next() % u64::from(cfg.partitions)) as u32;
+                    let mut parts = Vec::new();
+                    let mut keys = Vec::new();
+                    for k in 0..n_parts.min(cfg.partitions) {
+                        let p = (first + k) % cfg.partitions;
+                        let bytes = 100 + rng.next() % 900;
+                        let end = log.partitions[p as usize].leo.fetch_add(bytes, SeqCst) + bytes;
+                        parts.push((p, end, Status::RequestTimedOut));
+                        keys.push(p);
+                    }
+                    let op = DelayedProduce {
+                        id,
+                        log: log.clone(),
+                        parts,
+                        expired: false,
+                        responses: responses.clone(),
+                        answered: answered.clone(),
+                    };
+                    produce
+                        .try_complete_else_watch(op, cfg.produce_timeout, &keys)
+                        .unwrap_or_else(|e| panic!("produce {id} refused: {e}"));
+                    if i % 4 == 3 {
+                        std::thread::sleep(cfg.produce_pace);
+                    }
+                }
+                producing.fetch_sub(1, SeqCst);
+            })
+        })
+        .collect();
+
+    // Consumers: fetch until the producers are done and everything produced was read.
+    let fetches_issued = Arc::new(AtomicUsize::new(0));
+    let fetch_answered: Arc<Vec<AtomicU8>> =
+        Arc::new((0..1_000_000).map(|_| AtomicU8::new(0)).collect());
+    let consumers: Vec<_> = (0..cfg.consumers)
+        .map(|c| {
+            let (log, fetch, producing, issued, answered, cfg) = (
+                log.clone(),
+                fetch.clone(),
+                producing.clone(),
+                fetches_issued.clone(),
+                fetch_answered.clone(),
+                cfg.clone(),
+            );
+            std::thread::spawn(move || {
+                let mine: Vec<u32> = (0..cfg.partitions)
+                    .filter(|p| *p as usize % cfg.consumers == c)
+                    .collect();
+                let mut offsets: Vec<u64> = vec![0; mine.len()];
+                let (tx, rx) = mpsc::channel();
+                let mut outcomes = (0usize, 0usize, Vec::new());
+                loop {
+                    let done_producing = producing.load(SeqCst) == 0;
+                    let caught_up = mine
+                        .iter()
+                        .zip(&offsets)
+                        .all(|(&p, &o)| o >= log.partitions[p as usize].leo.load(SeqCst));
+                    if mine.is_empty() || (done_producing && caught_up) {
+                        break;
+                    }
+                    let id = issued.fetch_add(1, SeqCst);
+                    if id >= answered.len() {
+                        break;
+                    }
+                    let op = DelayedFetch {
+                        id,
+                        log: log.clone(),
+                        parts: mine.iter().copied().zip(offsets.iter().copied()).collect(),
+                        min_bytes: cfg.min_bytes,
+                        reply: tx.clone(),
+                        answered: answered.clone(),
+                        bytes: 0,
+                        expired: false,
+                    };
+                    if fetch
+                        .try_complete_else_watch(op, cfg.fetch_max_wait, &mine)
+                        .is_err()
+                    {
+                        break;
+                    }
+                    let Ok((rid, resp)) =
+                        rx.recv_timeout(cfg.fetch_max_wait * 20 + Duration::from_secs(10))
+                    else {
+                        outcomes.2.push(format!("fetch {id} never answered"));
+                        break;
+                    };
+                    if rid != id {
+                        outcomes.2.push(format!("fetch {id}: response for {rid}"));
+                    }
+                    if resp.expired {
+                        outcomes.1 += 1;
+                    } else {
+                        outcomes.0 += 1;
+                        if resp.bytes < cfg.min_bytes {
+                            outcomes.2.push(format!(
+                                "fetch {id} answered early with {} < min bytes",
+                                resp.bytes
+                            ));
+                        }
+                    }
+                    // Read everything below the HW (what the response carried).
+                    for (k, &p) in mine.iter().enumerate() {
+                        offsets[k] = offsets[k].max(log.hw(p));
+                    }
+                }
+                outcomes
+            })
+        })
+        .collect();
+
+    // Live stats.
+    let stats_thread = cfg.stats_every.map(|every| {
+        let (stop, produce, fetch, issued) = (stop.clone(), produce.clone(), fetch.clone(), fetches_issued.clone());
+        let answered = produce_answered.clone();
+        std::thread::spawn(move || {
+            while !stop.load(SeqCst) {
+                std::thread::sleep(every);
+                let acked = answered.iter().filter(|a| a.load(SeqCst) > 0).count();
+                let (ps, fs) = (produce.stats(), fetch.stats());
+                println!(
+                    "[{:5.1}s] produce: answered {acked}, expired {}, waiting {} | fetch: issued {}, expired {}, waiting {}",
+                    t0.elapsed().as_secs_f64(),
+                    ps.expired,
+                    ps.delayed,
+                    issued.load(SeqCst),
+                    fs.expired,
+                    fs.delayed,
+                );
+            }
+        })
+    });
+
+    for p in producers {
+        p.join().expect("producer panicked");
+    }
+    let mut report = Report {
+        produces: n_produces,
+        ..Report::default()
+    };
+    for c in consumers {
+        let (ok, expired, problems) = c.join().expect("consumer panicked");
+        report.fetches_satisfied += ok;
+        report.fetches_expired += expired;
+        report.problems.extend(problems);
+    }
+    // Let every produce be answered (acked, or timed out) before stopping the followers.
+    let deadline = Instant::now() + cfg.produce_timeout * 4 + Duration::from_secs(20);
+    while produce_answered.iter().any(|a| a.load(SeqCst) == 0) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    stop.store(true, SeqCst);
+    for f in followers {
+        f.join().expect("follower panicked");
+    }
+    if let Some(t) = stats_thread {
+        t.join().expect("stats thread panicked");
+    }
+    let left_produce = produce.shutdown();
+    let left_fetch = fetch.shutdown();
+    if !left_produce.is_empty() || !left_fetch.is_empty() {
+        report.problems.push(format!(
+            "{} produces and {} fetches were still pending at the end",
+            left_produce.len(),
+            left_fetch.len()
+        ));
+    }
+    report.fetches = fetches_issued.load(SeqCst).min(fetch_answered.len());
+    for (id, a) in fetch_answered.iter().take(report.fetches).enumerate() {
+        if a.load(SeqCst) != 1 {
+            report
+                .problems
+                .push(format!("fetch {id} answered {} times", a.load(SeqCst)));
+        }
+    }
+    // Produces: exactly once, statuses consistent with the HW and with expiry.
+    for id in 0..n_produces {
+        let n = produce_answered[id].load(SeqCst);
+        if n != 1 {
+            report
+                .problems
+                .push(format!("produce {id} answered {n} times"));
+            continue;
+        }
+        let guard = responses[id].lock().unwrap();
+        let r = guard.as_ref().expect("answered produce has a response");
+        let all_acked = r.statuses.iter().all(|s| s.2 == Status::None);
+        if all_acked {
+            report.produces_acked += 1;
+        } else {
+            report.produces_timed_out += 1;
+        }
+        for &(p, required, status, hw_then) in &r.statuses {
+            if status == Status::None && hw_then < required {
+                report.problems.push(format!(
+                    "produce {id}: partition {p} acked with HW {hw_then} below offset {required}"
+                ));
+            }
+        }
+        // (All acknowledged yet expired is legal: try_complete updates statuses as the HW
+        // moves, and the timer may win the lock just after the last one was acknowledged.)
+        if !all_acked && !r.expired {
+            report.problems.push(format!(
+                "produce {id}: REQUEST_TIMED_OUT but not completed by expiry"
+            ));
+        }
+    }
+    report.elapsed = t0.elapsed();
+    report
+}

@@ -1,0 +1,248 @@
+//! W3 idle cost from BENCHMARKS.md: start an implementation, add one task due in 60 s, let it
+//! settle, then stay idle; report the process CPU over the idle stretch (the per-thread
+//! `schedstat` sum: exact, and no thread starts or exits during the stretch) and how often the
+//! implementation's thread woke up. Each implementation is shut down before the next starts.
+#![allow(clippy::disallowed_methods)] // benchmark code: std threads and clocks on purpose
+#![allow(clippy::disallowed_types)] // a std Mutex holds the delay queue's stop waker
+
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use system_timer::SystemTimer;
+use tokio_util::time::DelayQueue;
+
+use crate::measure::{live_threads_cpu_ns, machine_line, other_threads_cpu_ns};
+use crate::precision::{current_thread_runtime, HeapTimer};
+
+/// The implementations W3 knows, by name.
+pub const IMPLS: &[&str] = &[
+    "system-timer",
+    "delay-queue",
+    "binary-heap-condvar",
+    "polling-reaper-200ms",
+    "no-timer",
+];
+
+/// Flags of `w3`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Length of the idle stretch, in seconds.
+    #[arg(long, default_value_t = 10.0)]
+    pub seconds: f64,
+    /// Delay of the one task (seconds); it must not fall due during the run.
+    #[arg(long, default_value_t = 60)]
+    pub delay_s: u64,
+    /// Time to settle between the add and the idle stretch (ms).
+    #[arg(long, default_value_t = 200)]
+    pub settle_ms: u64,
+    /// Implementations, comma separated (`no-timer`: the process alone, the baseline).
+    #[arg(long, value_delimiter = ',',
+          value_parser = clap::builder::PossibleValuesParser::new(IMPLS),
+          default_values_t = IMPLS.iter().map(|s| s.to_string()))]
+    pub impls: Vec<String>,
+}
+
+/// One implementation under W3, started with its one task.
+trait Target {
+    /// Wake-ups of the implementation's thread so far (None: it has no thread to count).
+    fn wakeups(&self) -> Option<u64>;
+    /// Stops and joins the implementation's threads.
+    fn shutdown(self);
+}
+
+impl Target for SystemTimer {
+    fn wakeups(&self) -> Option<u64> {
+        Some(self.stats().reaper_wakeups)
+    }
+    fn shutdown(self) {
+        SystemTimer::shutdown(&self);
+    }
+}
+
+impl Target for HeapTimer {
+    fn wakeups(&self) -> Option<u64> {
+        Some(HeapTimer::wakeups(self))
+    }
+    fn shutdown(self) {
+        HeapTimer::shutdown(self);
+    }
+}
+
+/// Nothing at all: the baseline.
+struct NoTimer;
+
+impl Target for NoTimer {
+    fn wakeups(&self) -> Option<u64> {
+        None
+    }
+    fn shutdown(self) {}
+}
+
+/// A stop flag a future can wait for: set it, and the waker of the last poll is woken.
+#[derive(Debug, Default)]
+struct Stop {
+    flag: AtomicBool,
+    waker: Mutex<Option<Waker>>,
+}
+
+impl Stop {
+    /// True once stopped; otherwise registers the task to be woken by [`stop`](Self::stop).
+    fn poll(&self, cx: &Context<'_>) -> bool {
+        if self.flag.load(Ordering::Acquire) {
+            return true;
+        }
+        *self.waker.lock().expect("not poisoned") = Some(cx.waker().clone());
+        self.flag.load(Ordering::Acquire)
+    }
+
+    fn stop(&self) {
+        self.flag.store(true, Ordering::Release);
+        if let Some(w) = self.waker.lock().expect("not poisoned").take() {
+            w.wake();
+        }
+    }
+}
+
+/// tokio-util's `DelayQueue` on a thread of its own: a current-thread runtime awaiting the
+/// queue's next expiry (or the stop signal). Wake-ups are polls of that future.
+struct DelayQueueThread {
+    stop: Arc<Stop>,
+    polls: Arc<AtomicU64>,
+    thread: JoinHandle<()>,
+}
+
+impl DelayQueueThread {
+    fn start(delay: Duration) -> Self {
+        let stop = Arc::new(Stop::default());
+        let polls = Arc::new(AtomicU64::new(0));
+        let (s, p) = (Arc::clone(&stop), Arc::clone(&polls));
+        let thread = std::thread::Builder::new()
+            .name("delay-queue".into())
+            .spawn(move || {
+                let rt = current_thread_runtime();
+                rt.block_on(async {
+                    let mut queue = DelayQueue::new();
+                    queue.insert((), delay);
+                    std::future::poll_fn(|cx| {
+                        p.fetch_add(1, Ordering::Relaxed);
+                        if s.poll(cx) {
+                            return Poll::Ready(());
+                        }
+                        // An expiry (not expected during the run) is simply taken out.
+                        while let Poll::Ready(Some(_)) = queue.poll_expired(cx) {}
+                        Poll::Pending
+                    })
+                    .await;
+                });
+            })
+            .expect("spawn the delay queue's thread");
+        DelayQueueThread {
+            stop,
+            polls,
+            thread,
+        }
+    }
+}
+
+impl Target for DelayQueueThread {
+    fn wakeups(&self) -> Option<u64> {
+        Some(self.polls.load(Ordering::Relaxed))
+    }
+    fn shutdown(self) {
+        self.stop.stop();
+        self.thread.join().expect("delay queue thread panicked");
+    }
+}
+
+/// What one implementation's idle stretch cost.
+struct Row {
+    cpu_ns: u64,
+    /// CPU of the threads other than the measuring one (the implementation's own).
+    others_ns: u64,
+    wall: Duration,
+    wakeups: Option<u64>,
+}
+
+/// Settles, measures the idle stretch, shuts `t` down.
+fn measure(t: impl Target, a: &Args) -> Row {
+    std::thread::sleep(Duration::from_millis(a.settle_ms));
+    let w0 = t.wakeups();
+    let others0 = other_threads_cpu_ns();
+    let cpu0 = live_threads_cpu_ns();
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_secs_f64(a.seconds));
+    let cpu = live_threads_cpu_ns().saturating_sub(cpu0);
+    let wall = t0.elapsed();
+    let others = other_threads_cpu_ns().saturating_sub(others0);
+    let wakeups = t.wakeups().zip(w0).map(|(b, a)| b - a);
+    t.shutdown();
+    Row {
+        cpu_ns: cpu,
+        others_ns: others,
+        wall,
+        wakeups,
+    }
+}
+
+/// Runs the workload and prints its table; returns the process exit code.
+pub fn run(args: &Args) -> ExitCode {
+    let a = args;
+    let delay = Duration::from_secs(a.delay_s);
+    println!(
+        "W3 idle: one task due in {} s, settle {} ms, then {} s idle; process CPU over the idle \
+         stretch (all threads) and wake-ups",
+        a.delay_s, a.settle_ms, a.seconds
+    );
+    println!("machine: {}", machine_line());
+    println!(
+        "{:<22} {:>10} {:>10} {:>16} {:>9}",
+        "impl", "CPU s", "CPU µs/s", "its threads µs", "wake-ups"
+    );
+    let mut failed = false;
+    for name in &a.impls {
+        let row = match name.as_str() {
+            "system-timer" => {
+                let timer = SystemTimer::new();
+                timer.add(delay, || ()).expect("timer running");
+                measure(timer, a)
+            }
+            "delay-queue" => measure(DelayQueueThread::start(delay), a),
+            "binary-heap-condvar" | "polling-reaper-200ms" => {
+                let poll = (name == "polling-reaper-200ms").then_some(Duration::from_millis(200));
+                let heap = HeapTimer::start(poll, |_, _| ());
+                heap.add(Instant::now() + delay, 0);
+                measure(heap, a)
+            }
+            "no-timer" => measure(NoTimer, a),
+            other => unreachable!("clap checked the name: {other}"),
+        };
+        if name == "system-timer" && row.wakeups != Some(0) {
+            failed = true;
+        }
+        println!(
+            "{:<22} {:>10.6} {:>10.1} {:>16.1} {:>9}",
+            name,
+            row.cpu_ns as f64 / 1e9,
+            row.cpu_ns as f64 / 1e3 / row.wall.as_secs_f64(),
+            row.others_ns as f64 / 1e3,
+            row.wakeups.map_or("-".into(), |w| w.to_string())
+        );
+    }
+    println!(
+        "CPU s: all threads, the measuring one too (its /proc reads are the floor: see no-timer)"
+    );
+    println!("its threads: all threads but the measuring one");
+    println!(
+        "wake-ups: system-timer's reaper_wakeups; the heap worker's returns from its condvar wait; \
+         delay-queue: polls of the future awaiting the queue"
+    );
+    if failed {
+        println!("FAILED: system-timer's reaper woke up while idle");
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}

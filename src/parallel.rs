@@ -1,0 +1,349 @@
+//! W1x2 from BENCHMARKS.md: two threads, each adding N/2 tasks and then cancelling its own 90%,
+//! concurrently on one shared structure; wall ns per operation over both threads, next to the
+//! same implementation's single-thread W1 figure measured in the same run.
+//!
+//! Task `i` (delay `1 + rand_i % range` ms, splitmix64 seed 42, as in W1) goes to thread `i % 2`
+//! (`--split interleaved`, the default) or to thread `i / ceil(N/2)` (`--split halves`); the
+//! cancel rule is W1's, on the global index: `i % 10 != 0`. The threads start each phase together
+//! (a barrier) and stamp their own clocks, so a phase's wall time runs from the first thread's
+//! start to the last thread's end, with no barrier wake-up latency in it. W1 and W1x2 runs
+//! alternate, on fresh structures, and the table shows medians.
+#![allow(clippy::disallowed_methods)] // benchmark code: std threads and clocks on purpose
+#![allow(clippy::disallowed_types)] // the Mutex baselines are std's, on purpose
+
+use std::process::ExitCode;
+use std::sync::{Barrier, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::churn::{
+    self, ChurnFigures, ChurnTarget, ConcurrentWheelTarget, DelayQueueTarget, HeapTarget, IdTask,
+    TimerTarget, TypedTimerTarget,
+};
+use crate::measure::{live_threads_cpu_ns, machine_line, median};
+
+/// The implementations W1x2 knows, by name.
+pub const IMPLS: &[&str] = &[
+    "system-timer",
+    "system-timer-typed",
+    "concurrent-wheel",
+    "delay-queue",
+    "binary-heap",
+];
+
+/// How the N tasks are split between the two threads.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Split {
+    /// Thread `i % 2` takes task `i`.
+    Interleaved,
+    /// Thread 0 takes the first half of the tasks, thread 1 the second.
+    Halves,
+}
+
+/// Flags of `w1x2`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Tasks to add over both threads (N/2 each).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub n: usize,
+    /// Delay range in ms (delay = 1 + rand % range).
+    #[arg(long, default_value_t = 30_000)]
+    pub range_ms: u64,
+    /// Runs per implementation, each a W1 run and a W1x2 run (the table shows medians).
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+    /// Which tasks each thread takes.
+    #[arg(long, value_enum, default_value_t = Split::Interleaved)]
+    pub split: Split,
+    /// Implementations, comma separated.
+    #[arg(long, value_delimiter = ',',
+          value_parser = clap::builder::PossibleValuesParser::new(IMPLS),
+          default_values_t = IMPLS.iter().map(|s| s.to_string()))]
+    pub impls: Vec<String>,
+}
+
+/// Something two threads can add to and cancel from at once, through a shared reference.
+pub trait SharedTarget: Sync {
+    /// What `add` returns and `cancel` takes.
+    type Handle;
+    /// As [`ChurnTarget::EXACT`]: false for targets on a real clock, where a short task may fire
+    /// before its cancel.
+    const EXACT: bool = true;
+    /// Schedules task `id` to fire `delay_ms` from now.
+    fn add(&self, delay_ms: u64, id: u64) -> Self::Handle;
+    /// Cancels a task; true if it was pending.
+    fn cancel(&self, handle: &Self::Handle) -> bool;
+    /// Pending tasks.
+    fn len(&self) -> usize;
+    /// True when nothing is pending.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A system-timer task made from a task id: what W1 and W1x2 schedule.
+pub trait FromId: system_timer::TimerTask {
+    /// The task for id `id`.
+    fn from_id(id: u64) -> Self;
+}
+
+impl FromId for system_timer::Task {
+    fn from_id(id: u64) -> Self {
+        system_timer::Task::new(move || {
+            std::hint::black_box(id);
+        })
+    }
+}
+
+impl FromId for IdTask {
+    fn from_id(id: u64) -> Self {
+        IdTask(id)
+    }
+}
+
+impl<T: FromId> SharedTarget for system_timer::SystemTimer<T> {
+    type Handle = system_timer::TimerHandle<T>;
+    const EXACT: bool = false;
+    #[inline]
+    fn add(&self, delay_ms: u64, id: u64) -> Self::Handle {
+        system_timer::SystemTimer::add(self, Duration::from_millis(delay_ms), T::from_id(id))
+            .expect("timer running")
+    }
+    #[inline]
+    fn cancel(&self, h: &Self::Handle) -> bool {
+        h.cancel()
+    }
+    fn len(&self) -> usize {
+        system_timer::SystemTimer::len(self)
+    }
+}
+
+impl SharedTarget for ConcurrentWheelTarget {
+    type Handle = timing_wheel::EntryHandle<u64>;
+    #[inline]
+    fn add(&self, delay_ms: u64, id: u64) -> Self::Handle {
+        self.0.add(delay_ms, id).expect("future deadline").handle
+    }
+    #[inline]
+    fn cancel(&self, h: &Self::Handle) -> bool {
+        h.cancel().is_some()
+    }
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+/// A single-threaded W1 target behind one `std::sync::Mutex`: the baselines' way to share.
+impl<C: ChurnTarget + Send> SharedTarget for Mutex<C> {
+    type Handle = C::Handle;
+    const EXACT: bool = C::EXACT;
+    #[inline]
+    fn add(&self, delay_ms: u64, id: u64) -> Self::Handle {
+        self.lock().expect("not poisoned").add(delay_ms, id)
+    }
+    #[inline]
+    fn cancel(&self, h: &Self::Handle) -> bool {
+        self.lock().expect("not poisoned").cancel(h)
+    }
+    fn len(&self) -> usize {
+        self.lock().expect("not poisoned").len()
+    }
+}
+
+/// Figures of one W1x2 run: phase wall times over both threads, and process CPU over the run.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ParallelFigures {
+    /// Wall ns per add (add phase wall / N).
+    pub add_ns: f64,
+    /// Wall ns per cancel (cancel phase wall / cancels).
+    pub cancel_ns: f64,
+    /// Wall ns per operation over both phases: (add wall + cancel wall) / (adds + cancels).
+    pub all_ns: f64,
+    /// Process CPU ns per operation over both phases (all threads, background ones included).
+    pub cpu_ns: f64,
+}
+
+/// One thread's clock stamps: add phase start and end, cancel phase start and end.
+type Stamps = [Instant; 4];
+
+/// Runs W1x2 once on `target`: two threads, each adding its share of `delays` and then
+/// cancelling its own with `i % 10 != 0`.
+pub fn run_once<S: SharedTarget>(target: &S, delays: &[u64], split: Split) -> ParallelFigures {
+    let n = delays.len();
+    let half = n.div_ceil(2);
+    // Thread t's task indices: start, start + step, ... below end.
+    let share = move |t: usize| match split {
+        Split::Interleaved => (t, n, 2),
+        Split::Halves => (t * half, n.min((t + 1) * half), 1),
+    };
+    let phase = Barrier::new(2);
+    // The workers and this thread: this thread reads the CPU clock while the workers are alive.
+    let done = Barrier::new(3);
+    let (cpu, stamps, cancelled) = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..2)
+            .map(|t| {
+                let (phase, done) = (&phase, &done);
+                s.spawn(move || {
+                    let (start, end, step) = share(t);
+                    let mut handles = Vec::with_capacity(half);
+                    phase.wait();
+                    let t0 = Instant::now();
+                    for i in (start..end).step_by(step) {
+                        handles.push(target.add(delays[i], i as u64));
+                    }
+                    let t1 = Instant::now();
+                    phase.wait();
+                    let t2 = Instant::now();
+                    let mut cancelled = 0usize;
+                    for (k, h) in handles.iter().enumerate() {
+                        if (start + k * step) % 10 != 0 {
+                            cancelled += usize::from(target.cancel(h));
+                        }
+                    }
+                    let t3 = Instant::now();
+                    done.wait(); // the CPU reading
+                    done.wait();
+                    ([t0, t1, t2, t3], cancelled)
+                })
+            })
+            .collect();
+        let cpu0 = live_threads_cpu_ns();
+        done.wait();
+        let cpu = live_threads_cpu_ns().saturating_sub(cpu0);
+        done.wait();
+        let results: Vec<(Stamps, usize)> = workers
+            .into_iter()
+            .map(|w| w.join().expect("worker panicked"))
+            .collect();
+        let cancelled: usize = results.iter().map(|r| r.1).sum();
+        (
+            cpu,
+            results.into_iter().map(|r| r.0).collect::<Vec<_>>(),
+            cancelled,
+        )
+    });
+    let expected = n - n.div_ceil(10);
+    if S::EXACT {
+        assert_eq!(cancelled, expected, "cancel phase missed tasks");
+        assert_eq!(target.len(), n - expected, "tasks lost or left over");
+    } else {
+        assert!(
+            cancelled + expected / 50 >= expected,
+            "cancel phase missed tasks: {cancelled} of {expected}"
+        );
+    }
+    // A phase runs from the first thread's start to the last thread's end.
+    let span = |a: usize, b: usize| {
+        let start = stamps.iter().map(|s| s[a]).min().expect("two threads");
+        let end = stamps.iter().map(|s| s[b]).max().expect("two threads");
+        end.duration_since(start).as_nanos() as f64
+    };
+    let (add_wall, cancel_wall) = (span(0, 1), span(2, 3));
+    let ops = (n + expected).max(1) as f64;
+    ParallelFigures {
+        add_ns: add_wall / n.max(1) as f64,
+        cancel_ns: cancel_wall / expected.max(1) as f64,
+        all_ns: (add_wall + cancel_wall) / ops,
+        cpu_ns: cpu as f64 / ops,
+    }
+}
+
+/// Medians of W1 (single thread) and W1x2 on one implementation, runs alternating.
+fn measure<C, S>(
+    runs: usize,
+    delays: &[u64],
+    split: Split,
+    mut single: impl FnMut() -> C,
+    mut shared: impl FnMut() -> S,
+) -> (ChurnFigures, ParallelFigures)
+where
+    C: ChurnTarget,
+    S: SharedTarget,
+{
+    let mut w1 = Vec::new();
+    let mut x2 = Vec::new();
+    for _ in 0..runs.max(1) {
+        w1.push(churn::run_median(1, delays, &mut single));
+        let target = shared();
+        x2.push(run_once(&target, delays, split));
+        drop(target);
+    }
+    let m1 = |g: fn(&ChurnFigures) -> f64| median(&w1.iter().map(g).collect::<Vec<_>>());
+    let m2 = |g: fn(&ParallelFigures) -> f64| median(&x2.iter().map(g).collect::<Vec<_>>());
+    (
+        ChurnFigures {
+            add_ns: m1(|f| f.add_ns),
+            cancel_ns: m1(|f| f.cancel_ns),
+            add_cpu_ns: m1(|f| f.add_cpu_ns),
+            cancel_cpu_ns: m1(|f| f.cancel_cpu_ns),
+        },
+        ParallelFigures {
+            add_ns: m2(|f| f.add_ns),
+            cancel_ns: m2(|f| f.cancel_ns),
+            all_ns: m2(|f| f.all_ns),
+            cpu_ns: m2(|f| f.cpu_ns),
+        },
+    )
+}
+
+/// Runs the workload and prints its table; returns the process exit code.
+pub fn run(args: &Args) -> ExitCode {
+    let a = args;
+    println!(
+        "W1x2 churn on 2 threads: N = {} ({} per thread, split {:?}), delay 1..={} ms, \
+         cancel 90%, medians of {} runs (each: W1 on 1 thread, then W1x2)",
+        a.n,
+        a.n.div_ceil(2),
+        a.split,
+        a.range_ms,
+        a.runs
+    );
+    println!("machine: {}", machine_line());
+    println!(
+        "{:<18} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9}",
+        "impl", "x2 add", "x2 cancel", "x2 all", "x1 add", "x1 cancel", "x1 all", "x2/x1", "x2 cpu"
+    );
+    let delays = churn::delays(a.n, a.range_ms);
+    let n_cancel = a.n - a.n.div_ceil(10);
+    let ops = (a.n + n_cancel).max(1) as f64;
+    for name in &a.impls {
+        let (runs, d, s) = (a.runs, delays.as_slice(), a.split);
+        let (w1, x2) = match name.as_str() {
+            "system-timer" => measure(runs, d, s, TimerTarget::new, system_timer::SystemTimer::new),
+            "system-timer-typed" => measure(runs, d, s, TypedTimerTarget::new, || {
+                system_timer::Builder::<IdTask>::new().build()
+            }),
+            "concurrent-wheel" => measure(
+                runs,
+                d,
+                s,
+                ConcurrentWheelTarget::new,
+                ConcurrentWheelTarget::new,
+            ),
+            "delay-queue" => measure(runs, d, s, DelayQueueTarget::new, || {
+                Mutex::new(DelayQueueTarget::new())
+            }),
+            "binary-heap" => measure(runs, d, s, HeapTarget::default, || {
+                Mutex::new(HeapTarget::default())
+            }),
+            other => unreachable!("clap checked the name: {other}"),
+        };
+        let w1_all = (w1.add_ns * a.n as f64 + w1.cancel_ns * n_cancel as f64) / ops;
+        println!(
+            "{:<18} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>8.2} {:>9.1}",
+            name,
+            x2.add_ns,
+            x2.cancel_ns,
+            x2.all_ns,
+            w1.add_ns,
+            w1.cancel_ns,
+            w1_all,
+            x2.all_ns / w1_all,
+            x2.cpu_ns
+        );
+    }
+    println!(
+        "(wall ns per op; \"all\" = (add wall + cancel wall) / (adds + cancels); x2/x1 < 1 means \
+         two threads beat one; x2 cpu = process CPU ns per op, all threads)"
+    );
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,525 @@
+//! W2 expiry precision from BENCHMARKS.md: one thread adds N tasks (`delay_i = 1 + rand_i % 2000`
+//! ms, splitmix64 seed 42) as fast as it can; each task records, when it runs,
+//! `fire instant − (Instant::now() taken just before its add + delay)` in signed nanoseconds
+//! (negative = early), and bumps a per-task counter (missing and duplicate fires).
+//!
+//! Reported per implementation: lateness p50 / p99 / p99.9 / max (exact, from the sorted
+//! samples), early, missing and duplicate fires, and the process CPU from the first add until the
+//! last fire (all threads; the threads of the implementation live across the whole stretch, so
+//! the per-thread `schedstat` sum is exact). Implementations run one after another in one process.
+//!
+//! Also home of [`HeapTimer`], the `binary-heap-condvar` baseline W3 uses too.
+#![allow(clippy::disallowed_methods)] // benchmark code: std threads and clocks on purpose
+#![allow(clippy::disallowed_types)] // the baselines use std's Mutex and Condvar, on purpose
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::{JoinHandle, Thread};
+use std::time::{Duration, Instant};
+
+use system_timer::SystemTimer;
+use tokio_util::time::DelayQueue;
+
+use crate::measure::{live_threads_cpu_ns, machine_line};
+
+/// The implementations W2 knows, by name.
+pub const IMPLS: &[&str] = &[
+    "system-timer",
+    "system-timer-inline",
+    "delay-queue",
+    "binary-heap-condvar",
+];
+
+/// Flags of `w2`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Tasks to add.
+    #[arg(long, default_value_t = 100_000)]
+    pub n: usize,
+    /// Delay range in ms (delay = 1 + rand % range).
+    #[arg(long, default_value_t = 2_000)]
+    pub range_ms: u64,
+    /// After the last fire, wait this long for duplicate fires before shutting down (ms).
+    #[arg(long, default_value_t = 200)]
+    pub grace_ms: u64,
+    /// Give up waiting for missing fires this long after the longest delay has passed (ms).
+    #[arg(long, default_value_t = 10_000)]
+    pub timeout_ms: u64,
+    /// Implementations, comma separated.
+    #[arg(long, value_delimiter = ',',
+          value_parser = clap::builder::PossibleValuesParser::new(IMPLS),
+          default_values_t = IMPLS.iter().map(|s| s.to_string()))]
+    pub impls: Vec<String>,
+}
+
+// ===== the recorder =====
+
+/// `a − b` in signed nanoseconds.
+fn signed_ns(a: Instant, b: Instant) -> i64 {
+    match a.checked_duration_since(b) {
+        Some(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
+        None => -i64::try_from(b.duration_since(a).as_nanos()).unwrap_or(i64::MAX),
+    }
+}
+
+/// What the tasks of one run record: fires per task, the first fire's lateness, and a wake-up
+/// for the thread waiting for the last first fire.
+#[derive(Debug)]
+pub struct Recorder {
+    fires: Box<[AtomicU32]>,
+    late_ns: Box<[AtomicI64]>,
+    /// Tasks that fired at least once.
+    fired: AtomicUsize,
+    waiter: Thread,
+}
+
+impl Recorder {
+    /// A recorder for `n` tasks; the calling thread is the one [`wait_all`](Self::wait_all)
+    /// wakes.
+    pub fn new(n: usize) -> Self {
+        Recorder {
+            fires: (0..n).map(|_| AtomicU32::new(0)).collect(),
+            late_ns: (0..n).map(|_| AtomicI64::new(0)).collect(),
+            fired: AtomicUsize::new(0),
+            waiter: std::thread::current(),
+        }
+    }
+
+    /// Task `id`, due at `due`, runs now.
+    #[inline]
+    pub fn fire(&self, id: usize, due: Instant) {
+        let late = signed_ns(Instant::now(), due);
+        if self.fires[id].fetch_add(1, Ordering::Relaxed) == 0 {
+            self.late_ns[id].store(late, Ordering::Relaxed);
+            // Release: whoever sees the count sees the lateness stored before it.
+            if self.fired.fetch_add(1, Ordering::AcqRel) + 1 == self.fires.len() {
+                self.waiter.unpark();
+            }
+        }
+    }
+
+    /// True once every task fired at least once.
+    pub fn all_fired(&self) -> bool {
+        self.fired.load(Ordering::Acquire) == self.fires.len()
+    }
+
+    /// Parks until every task fired at least once (true) or `deadline` passes (false).
+    pub fn wait_all(&self, deadline: Instant) -> bool {
+        while !self.all_fired() {
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            std::thread::park_timeout(deadline - now);
+        }
+        true
+    }
+
+    /// The figures, once the runners are stopped.
+    pub fn summary(&self) -> Precision {
+        let mut late: Vec<i64> = Vec::with_capacity(self.fires.len());
+        let (mut missing, mut duplicates) = (0u64, 0u64);
+        for (f, l) in self.fires.iter().zip(self.late_ns.iter()) {
+            match f.load(Ordering::Acquire) {
+                0 => missing += 1,
+                k => {
+                    duplicates += u64::from(k - 1);
+                    late.push(l.load(Ordering::Relaxed));
+                }
+            }
+        }
+        late.sort_unstable();
+        let q = |q: f64| -> i64 {
+            if late.is_empty() {
+                return 0;
+            }
+            let rank = ((q * late.len() as f64).ceil() as usize).clamp(1, late.len());
+            late[rank - 1]
+        };
+        Precision {
+            p50_ns: q(0.50),
+            p99_ns: q(0.99),
+            p999_ns: q(0.999),
+            min_ns: late.first().copied().unwrap_or(0),
+            max_ns: late.last().copied().unwrap_or(0),
+            early: late.iter().take_while(|&&l| l < 0).count() as u64,
+            missing,
+            duplicates,
+        }
+    }
+}
+
+/// Lateness percentiles (nearest rank, exact) and fire counts of one run.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Precision {
+    /// Median lateness, ns.
+    pub p50_ns: i64,
+    /// 99th percentile, ns.
+    pub p99_ns: i64,
+    /// 99.9th percentile, ns.
+    pub p999_ns: i64,
+    /// Smallest lateness (negative: the earliest fire), ns.
+    pub min_ns: i64,
+    /// Largest lateness, ns.
+    pub max_ns: i64,
+    /// Tasks whose first fire came before their deadline.
+    pub early: u64,
+    /// Tasks that never fired.
+    pub missing: u64,
+    /// Fires beyond each task's first.
+    pub duplicates: u64,
+}
+
+impl Precision {
+    /// Early, missing or duplicate fires.
+    pub fn failed(&self) -> bool {
+        self.early + self.missing + self.duplicates > 0
+    }
+}
+
+// ===== the baseline heap timer (W2 and W3) =====
+
+/// The `binary-heap-condvar` baseline: a std `BinaryHeap` of `(deadline, id)` behind a `Mutex`,
+/// and one worker thread that waits on a `Condvar` until the earliest deadline (or, with a poll
+/// interval, at most that long: Kafka's reaper), pops what is due and runs `on_fire(id, due)`
+/// for it outside the lock. An add notifies the worker only when it pushes a new earliest.
+#[derive(Debug)]
+pub struct HeapTimer {
+    shared: Arc<HeapShared>,
+    worker: Option<JoinHandle<()>>,
+}
+
+#[derive(Debug, Default)]
+struct HeapShared {
+    state: Mutex<HeapState>,
+    cv: Condvar,
+    /// Returns of the worker from a wait.
+    wakeups: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct HeapState {
+    heap: BinaryHeap<Reverse<(Instant, u64)>>,
+    stop: bool,
+}
+
+impl HeapTimer {
+    /// Starts the worker. `poll`: wake at least this often even with nothing due (None: sleep
+    /// until the earliest deadline, or until woken when the heap is empty).
+    pub fn start(
+        poll: Option<Duration>,
+        on_fire: impl FnMut(u64, Instant) + Send + 'static,
+    ) -> Self {
+        let shared = Arc::new(HeapShared::default());
+        let s = Arc::clone(&shared);
+        let worker = std::thread::Builder::new()
+            .name("heap-timer".into())
+            .spawn(move || s.work(poll, on_fire))
+            .expect("spawn the heap timer's worker");
+        HeapTimer {
+            shared,
+            worker: Some(worker),
+        }
+    }
+
+    /// Schedules `id` at `due`.
+    pub fn add(&self, due: Instant, id: u64) {
+        let mut g = self.shared.state.lock().expect("not poisoned");
+        let earliest = g.heap.peek().is_none_or(|Reverse((d, _))| due < *d);
+        g.heap.push(Reverse((due, id)));
+        drop(g);
+        if earliest {
+            self.shared.cv.notify_one();
+        }
+    }
+
+    /// How many times the worker returned from a wait so far.
+    pub fn wakeups(&self) -> u64 {
+        self.shared.wakeups.load(Ordering::Relaxed)
+    }
+
+    /// Stops and joins the worker (entries still in the heap are dropped).
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        if let Some(w) = self.worker.take() {
+            self.shared.state.lock().expect("not poisoned").stop = true;
+            self.shared.cv.notify_one();
+            w.join().expect("heap timer worker panicked");
+        }
+    }
+}
+
+impl Drop for HeapTimer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl HeapShared {
+    fn work(&self, poll: Option<Duration>, mut on_fire: impl FnMut(u64, Instant)) {
+        let mut due = Vec::new();
+        let mut g = self.state.lock().expect("not poisoned");
+        loop {
+            if g.stop {
+                return;
+            }
+            let now = Instant::now();
+            while let Some(&Reverse((d, id))) = g.heap.peek() {
+                if d > now {
+                    break;
+                }
+                g.heap.pop();
+                due.push((id, d));
+            }
+            if !due.is_empty() {
+                drop(g);
+                for (id, d) in due.drain(..) {
+                    on_fire(id, d);
+                }
+                g = self.state.lock().expect("not poisoned");
+                continue;
+            }
+            let until_next = g.heap.peek().map(|Reverse((d, _))| *d - now);
+            let wait = match (until_next, poll) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            g = match wait {
+                Some(w) => self.cv.wait_timeout(g, w).expect("not poisoned").0,
+                None => self.cv.wait(g).expect("not poisoned"),
+            };
+            self.wakeups.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A current-thread tokio runtime with the time driver: where the `delay-queue` baselines live.
+pub fn current_thread_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("tokio runtime")
+}
+
+// ===== the implementations =====
+
+/// One implementation under W2: the harness adds every task, then waits for the fires.
+trait Target {
+    /// Schedules task `id` to run `delay` from now; `due` is the instant taken just before the
+    /// call plus `delay`, for the task to record its lateness against.
+    fn add(&mut self, id: u32, delay: Duration, due: Instant);
+    /// Returns once every task fired (true) or `deadline` passed (false).
+    fn wait(&mut self, rec: &Recorder, deadline: Instant) -> bool {
+        rec.wait_all(deadline)
+    }
+    /// Anything worth a line under the table (before shutdown).
+    fn note(&self) -> Option<String> {
+        None
+    }
+    /// Stops the implementation's threads.
+    fn shutdown(self);
+}
+
+struct TimerRun {
+    timer: SystemTimer,
+    rec: &'static Recorder,
+}
+
+impl Target for TimerRun {
+    #[inline]
+    fn add(&mut self, id: u32, delay: Duration, due: Instant) {
+        let rec = self.rec;
+        self.timer
+            .add(delay, move || rec.fire(id as usize, due))
+            .expect("timer running");
+    }
+    fn note(&self) -> Option<String> {
+        let s = self.timer.stats();
+        let l = s.lateness;
+        Some(format!(
+            "its own stats: lateness (deadline to start) p50 {} p99 {} p99.9 {} max {} ms over {} \
+             tasks, {} reaper wake-ups",
+            ms(l.p50_ns as i64),
+            ms(l.p99_ns as i64),
+            ms(l.p999_ns as i64),
+            ms(l.max_ns as i64),
+            l.count,
+            s.reaper_wakeups
+        ))
+    }
+    fn shutdown(self) {
+        let left = self.timer.shutdown();
+        assert!(left.is_empty(), "{} tasks handed back", left.len());
+    }
+}
+
+struct DelayQueueRun {
+    rt: tokio::runtime::Runtime,
+    queue: DelayQueue<(u32, Instant)>,
+}
+
+impl Target for DelayQueueRun {
+    #[inline]
+    fn add(&mut self, id: u32, delay: Duration, due: Instant) {
+        let _g = self.rt.enter();
+        self.queue.insert((id, due), delay);
+    }
+    fn wait(&mut self, rec: &Recorder, deadline: Instant) -> bool {
+        let queue = &mut self.queue;
+        let drain = async {
+            while let Some(e) = std::future::poll_fn(|cx| queue.poll_expired(cx)).await {
+                let (id, due) = e.into_inner();
+                rec.fire(id as usize, due);
+            }
+        };
+        let limit = deadline.saturating_duration_since(Instant::now());
+        let _ = self
+            .rt
+            .block_on(async { tokio::time::timeout(limit, drain).await });
+        rec.all_fired()
+    }
+    fn shutdown(self) {}
+}
+
+struct HeapRun {
+    heap: HeapTimer,
+}
+
+impl Target for HeapRun {
+    #[inline]
+    fn add(&mut self, id: u32, _delay: Duration, due: Instant) {
+        self.heap.add(due, u64::from(id));
+    }
+    fn shutdown(self) {
+        self.heap.shutdown();
+    }
+}
+
+/// Nanoseconds as milliseconds with 3 decimals.
+fn ms(ns: i64) -> String {
+    format!("{:.3}", ns as f64 / 1e6)
+}
+
+/// What one implementation's run produced.
+struct Row {
+    p: Precision,
+    cpu_s: f64,
+    add_ns: f64,
+    note: Option<String>,
+}
+
+/// Adds every task to `t`, waits for the fires (or the timeout), shuts `t` down after the grace
+/// period, and summarises.
+fn measure(mut t: impl Target, rec: &Recorder, delays: &[u64], a: &Args) -> Row {
+    let cpu0 = live_threads_cpu_ns();
+    let t0 = Instant::now();
+    for (i, &d) in delays.iter().enumerate() {
+        let delay = Duration::from_millis(d);
+        let due = Instant::now() + delay;
+        t.add(i as u32, delay, due);
+    }
+    let add_wall = t0.elapsed();
+    let longest = Duration::from_millis(delays.iter().copied().max().unwrap_or(0));
+    let deadline = t0 + add_wall + longest + Duration::from_millis(a.timeout_ms);
+    t.wait(rec, deadline);
+    let cpu = live_threads_cpu_ns().saturating_sub(cpu0);
+    std::thread::sleep(Duration::from_millis(a.grace_ms));
+    let note = t.note();
+    t.shutdown();
+    Row {
+        p: rec.summary(),
+        cpu_s: cpu as f64 / 1e9,
+        add_ns: add_wall.as_nanos() as f64 / delays.len().max(1) as f64,
+        note,
+    }
+}
+
+/// Runs the workload and prints its table; returns the process exit code.
+pub fn run(args: &Args) -> ExitCode {
+    let a = args;
+    println!(
+        "W2 precision: N = {}, delay 1..={} ms (splitmix64 seed 42), added from one thread as \
+         fast as it can; lateness = fire − (instant before add + delay)",
+        a.n, a.range_ms
+    );
+    println!("machine: {}", machine_line());
+    println!(
+        "{:<20} {:>8} {:>8} {:>9} {:>8} {:>7} {:>8} {:>5} {:>7} {:>9}",
+        "impl",
+        "p50 ms",
+        "p99 ms",
+        "p99.9 ms",
+        "max ms",
+        "early",
+        "missing",
+        "dup",
+        "CPU s",
+        "add ns/op"
+    );
+    let delays = crate::churn::delays(a.n, a.range_ms);
+    let mut failed = false;
+    let mut notes = Vec::new();
+    for name in &a.impls {
+        // Leaked (12 bytes per task), so that a task holds a plain reference rather than an
+        // `Arc` whose count the adder and the runner would both write for every task.
+        let rec: &'static Recorder = Box::leak(Box::new(Recorder::new(a.n)));
+        let row = match name.as_str() {
+            "system-timer" => {
+                let timer = SystemTimer::new();
+                measure(TimerRun { timer, rec }, rec, &delays, a)
+            }
+            "system-timer-inline" => {
+                let timer = SystemTimer::builder().inline().build();
+                measure(TimerRun { timer, rec }, rec, &delays, a)
+            }
+            "delay-queue" => {
+                let rt = current_thread_runtime();
+                let queue = {
+                    let _g = rt.enter();
+                    DelayQueue::new()
+                };
+                measure(DelayQueueRun { rt, queue }, rec, &delays, a)
+            }
+            "binary-heap-condvar" => {
+                let heap = HeapTimer::start(None, move |id, due| rec.fire(id as usize, due));
+                measure(HeapRun { heap }, rec, &delays, a)
+            }
+            other => unreachable!("clap checked the name: {other}"),
+        };
+        let p = row.p;
+        failed |= p.failed();
+        println!(
+            "{:<20} {:>8} {:>8} {:>9} {:>8} {:>7} {:>8} {:>5} {:>7.3} {:>9.1}",
+            name,
+            ms(p.p50_ns),
+            ms(p.p99_ns),
+            ms(p.p999_ns),
+            ms(p.max_ns),
+            p.early,
+            p.missing,
+            p.duplicates,
+            row.cpu_s,
+            row.add_ns
+        );
+        if p.early > 0 {
+            notes.push(format!("{name}: earliest fire {} ms early", ms(-p.min_ns)));
+        }
+        if let Some(n) = row.note {
+            notes.push(format!("{name}: {n}"));
+        }
+    }
+    for n in notes {
+        println!("{n}");
+    }
+    if failed {
+        println!("FAILED: early, missing or duplicate fires");
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,29 @@
+//! The broker-like simulation of `examples/broker.rs`, as a test: every delayed produce and
+//! delayed fetch is answered exactly once, with a status consistent with the high watermark and
+//! with how it completed; both outcomes (acknowledged and timed out) occur.
+
+use std::time::Duration;
+
+use kafka_timer::broker::{run, Config};
+
+#[test]
+fn every_produce_and_fetch_is_answered_exactly_once_with_the_right_status() {
+    let cfg = Config {
+        produces_each: 1_500,
+        stats_every: None,
+        produce_timeout: Duration::from_millis(60),
+        ..Config::default()
+    };
+    let r = run(&cfg);
+    if let Err(p) = r.check() {
+        panic!("{p}");
+    }
+    assert_eq!(r.produces, 6_000);
+    assert_eq!(r.produces_acked + r.produces_timed_out, r.produces);
+    assert!(r.produces_acked > r.produces / 2, "{r:?}");
+    assert!(
+        r.produces_timed_out > 0,
+        "the follower stalls must time some produces out: {r:?}"
+    );
+    assert!(r.fetches > 0 && r.fetches_satisfied > 0, "{r:?}");
+}
