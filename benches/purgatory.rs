@@ -1,0 +1,186 @@
+//! Criterion: one operation's life in a purgatory, `try_complete_else_watch` followed by
+//! `check_and_complete` on each of its keys (the check completes it), at 1, 3 and 10 keys per
+//! operation out of 100, with 1,000 other operations pending on the same keys. Against, in the
+//! same groups, the shape Rust users hand-roll today: a `DashMap` of per-key `Vec`s of
+//! operations plus a tokio-util `DelayQueue` (behind a mutex) for the timeouts.
+#![allow(missing_docs, clippy::disallowed_methods, clippy::disallowed_types)]
+
+use std::hint::black_box;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use dashmap::DashMap;
+use kafka_timer::rng::SplitMix64;
+use purgatory::{DelayedOperation, Purgatory};
+use tokio_util::time::{delay_queue, DelayQueue};
+
+const KEY_SPACE: u64 = 100;
+const BACKGROUND: usize = 1_000;
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Ready when its flag is set.
+struct BenchOp(Arc<AtomicBool>);
+
+impl DelayedOperation for BenchOp {
+    fn try_complete(&mut self) -> bool {
+        self.0.load(Relaxed)
+    }
+    fn on_complete(&mut self) {
+        black_box(&self.0);
+    }
+}
+
+fn keys(rng: &mut SplitMix64, k: usize) -> Vec<u32> {
+    (0..k).map(|_| (rng.next() % KEY_SPACE) as u32).collect()
+}
+
+fn ours(c: &mut Criterion) {
+    let mut g = c.benchmark_group("watch-then-check");
+    g.throughput(Throughput::Elements(1));
+    for k in [1usize, 3, 10] {
+        g.bench_with_input(BenchmarkId::new("purgatory", k), &k, |b, &k| {
+            let p: Purgatory<u32, BenchOp> = Purgatory::builder().name("bench").build();
+            let mut rng = SplitMix64::new(42);
+            let never = Arc::new(AtomicBool::new(false));
+            for _ in 0..BACKGROUND {
+                let ks = keys(&mut rng, 3);
+                p.try_complete_else_watch(BenchOp(never.clone()), TIMEOUT, &ks)
+                    .unwrap();
+            }
+            b.iter(|| {
+                let ks = keys(&mut rng, k);
+                let ready = Arc::new(AtomicBool::new(false));
+                p.try_complete_else_watch(BenchOp(ready.clone()), TIMEOUT, &ks)
+                    .unwrap();
+                ready.store(true, Relaxed);
+                let mut done = 0;
+                for key in &ks {
+                    done += p.check_and_complete(key);
+                }
+                assert_eq!(done, 1);
+            });
+        });
+    }
+    g.finish();
+}
+
+/// The hand-rolled baseline's operation: a lock around (completed, timer key).
+struct HandOp {
+    ready: AtomicBool,
+    state: Mutex<(bool, Option<delay_queue::Key>)>,
+}
+
+struct HandRolled {
+    watchers: DashMap<u32, Vec<Arc<HandOp>>>,
+    timeouts: Mutex<DelayQueue<Arc<HandOp>>>,
+    _rt: tokio::runtime::Runtime,
+}
+
+impl HandRolled {
+    fn new() -> Self {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let timeouts = {
+            let _g = rt.enter();
+            Mutex::new(DelayQueue::new())
+        };
+        HandRolled {
+            watchers: DashMap::new(),
+            timeouts,
+            _rt: rt,
+        }
+    }
+
+    fn complete(&self, st: &mut (bool, Option<delay_queue::Key>)) {
+        st.0 = true;
+        if let Some(key) = st.1.take() {
+            self.timeouts.lock().unwrap().try_remove(&key);
+        }
+    }
+
+    fn try_complete_else_watch(&self, op: Arc<HandOp>, keys: &[u32]) -> bool {
+        let mut st = op.state.lock().unwrap();
+        if op.ready.load(Relaxed) {
+            self.complete(&mut st);
+            return true;
+        }
+        for k in keys {
+            self.watchers.entry(*k).or_default().push(op.clone());
+        }
+        if op.ready.load(Relaxed) {
+            self.complete(&mut st);
+            return true;
+        }
+        let _g = self._rt.enter();
+        st.1 = Some(self.timeouts.lock().unwrap().insert(op.clone(), TIMEOUT));
+        false
+    }
+
+    fn check_and_complete(&self, key: u32) -> usize {
+        // Copy the list out (no user code under the map lock), then check each operation.
+        let Some(list) = self.watchers.get(&key).map(|l| l.clone()) else {
+            return 0;
+        };
+        let mut done = 0;
+        for op in &list {
+            let mut st = op.state.lock().unwrap();
+            if !st.0 && op.ready.load(Relaxed) {
+                self.complete(&mut st);
+                done += 1;
+            }
+        }
+        self.watchers.remove_if_mut(&key, |_, l| {
+            l.retain(|op| !op.state.lock().unwrap().0);
+            l.is_empty()
+        });
+        done
+    }
+}
+
+fn hand_rolled(c: &mut Criterion) {
+    let mut g = c.benchmark_group("watch-then-check");
+    g.throughput(Throughput::Elements(1));
+    for k in [1usize, 3, 10] {
+        g.bench_with_input(BenchmarkId::new("dashmap+delayqueue", k), &k, |b, &k| {
+            let h = HandRolled::new();
+            let mut rng = SplitMix64::new(42);
+            for _ in 0..BACKGROUND {
+                let ks = keys(&mut rng, 3);
+                let op = Arc::new(HandOp {
+                    ready: AtomicBool::new(false),
+                    state: Mutex::new((false, None)),
+                });
+                h.try_complete_else_watch(op, &ks);
+            }
+            b.iter(|| {
+                let ks = keys(&mut rng, k);
+                let op = Arc::new(HandOp {
+                    ready: AtomicBool::new(false),
+                    state: Mutex::new((false, None)),
+                });
+                h.try_complete_else_watch(op.clone(), &ks);
+                op.ready.store(true, Relaxed);
+                let mut done = 0;
+                for key in &ks {
+                    done += h.check_and_complete(*key);
+                }
+                assert_eq!(done, 1);
+            });
+        });
+    }
+    g.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .sample_size(20)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    targets = ours, hand_rolled
+}
+criterion_main!(benches);
