@@ -50,6 +50,45 @@ impl Bucket {
     }
 }
 
+/// Division by a fixed `u64` divisor with one multiply and two shifts (Granlund & Montgomery,
+/// "Division by invariant integers using multiplication", 1994, fig. 4.1): exact for every
+/// dividend. Placement divides by the tick and by each level's width on every add; a hardware
+/// 64-bit division there costs more than the rest of the add.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Divider {
+    d: u64,
+    m: u64,
+    s1: u32,
+    s2: u32,
+}
+
+impl Divider {
+    pub(crate) fn new(d: u64) -> Self {
+        assert!(d > 0, "division by zero");
+        // l = ceil(log2 d); m = floor(2^64 (2^l - d) / d) + 1, which fits in 64 bits because
+        // 2^(l-1) < d. The product fits in u128: (2^l - d) < 2^63 whenever l = 64.
+        let l = 64 - (d - 1).leading_zeros();
+        let m = ((1u128 << 64) * ((1u128 << l) - u128::from(d)) / u128::from(d) + 1) as u64;
+        Divider {
+            d,
+            m,
+            s1: l.min(1),
+            s2: l.saturating_sub(1),
+        }
+    }
+
+    /// `x / d`.
+    #[inline(always)]
+    pub(crate) fn div(&self, x: u64) -> u64 {
+        let t = ((u128::from(x) * u128::from(self.m)) >> 64) as u64;
+        (t + ((x - t) >> self.s1)) >> self.s2
+    }
+
+    pub(crate) fn divisor(&self) -> u64 {
+        self.d
+    }
+}
+
 /// Tick, size, and the precomputed tick and span of every level a wheel can ever have.
 #[derive(Clone, Debug)]
 pub(crate) struct Geometry {
@@ -57,6 +96,8 @@ pub(crate) struct Geometry {
     pub(crate) size: u32,
     /// `tick · size^k` for every level.
     pub(crate) ticks: Box<[u64]>,
+    /// Dividers by each level's tick (`dividers[0]` divides by the tick).
+    pub(crate) dividers: Box<[Divider]>,
     /// `tick_k · size`, or `u64::MAX` (unbounded) for the top level.
     pub(crate) spans: Box<[u64]>,
     /// The largest expiration an entry can have: the last multiple of the tick below `u64::MAX`.
@@ -97,6 +138,7 @@ impl Geometry {
         Ok(Geometry {
             tick,
             size: wheel_size as u32,
+            dividers: ticks.iter().map(|&t| Divider::new(t)).collect(),
             ticks: ticks.into_boxed_slice(),
             spans: spans.into_boxed_slice(),
             max_expiration: (u64::MAX - 1) - (u64::MAX - 1) % tick,
@@ -116,12 +158,15 @@ impl Geometry {
     /// `⌈d / tick⌉ · tick`, saturating at the largest representable expiration.
     #[inline(always)]
     pub(crate) fn round_up(&self, d: u64) -> u64 {
-        if self.tick == 1 {
+        if self.tick == 1 || d >= self.max_expiration {
             return d.min(self.max_expiration);
         }
-        match d.checked_next_multiple_of(self.tick) {
-            Some(e) => e.min(self.max_expiration),
-            None => self.max_expiration,
+        // d < max_expiration, so the next multiple of the tick is at most max_expiration.
+        let down = self.dividers[0].div(d) * self.tick;
+        if down == d {
+            d
+        } else {
+            down + self.tick
         }
     }
 
@@ -213,7 +258,7 @@ impl Windows {
         let t = geo.ticks[k];
         let start = self.starts[k];
         let offset = e - start;
-        let q = if t == 1 { offset } else { offset / t };
+        let q = if t == 1 { offset } else { geo.dividers[k].div(offset) };
         debug_assert!(
             q < u64::from(geo.size),
             "deadline {e} outside level {k}'s window"
@@ -273,6 +318,34 @@ impl ExpiryQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn divider_is_exact() {
+        let mut state = 99u64;
+        let mut next = || {
+            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        };
+        let mut divisors = vec![1, 2, 3, 7, 10, 20, 400, 1_000_000, 20_000_000, u64::MAX, u64::MAX - 1];
+        divisors.extend((1..64).map(|b| 1u64 << b));
+        divisors.extend((1..64).map(|b| (1u64 << b) + 1));
+        divisors.extend((1..64).map(|b| (1u64 << b) - 1));
+        for _ in 0..200 {
+            divisors.push(next() >> (next() % 64));
+        }
+        for d in divisors.into_iter().filter(|&d| d > 0) {
+            let div = Divider::new(d);
+            assert_eq!(div.divisor(), d);
+            let mut xs = vec![0, 1, d - 1, d, d.wrapping_add(1), u64::MAX, u64::MAX - 1, u64::MAX / 2];
+            xs.extend((0..300).map(|_| next() >> (next() % 64)));
+            for x in xs {
+                assert_eq!(div.div(x), x / d, "{x} / {d}");
+            }
+        }
+    }
 
     #[test]
     fn kafka_default_levels() {
