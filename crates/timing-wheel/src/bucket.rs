@@ -56,7 +56,6 @@ impl Bucket {
 /// 64-bit division there costs more than the rest of the add.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Divider {
-    d: u64,
     m: u64,
     s1: u32,
     s2: u32,
@@ -70,7 +69,6 @@ impl Divider {
         let l = 64 - (d - 1).leading_zeros();
         let m = ((1u128 << 64) * ((1u128 << l) - u128::from(d)) / u128::from(d) + 1) as u64;
         Divider {
-            d,
             m,
             s1: l.min(1),
             s2: l.saturating_sub(1),
@@ -82,10 +80,6 @@ impl Divider {
     pub(crate) fn div(&self, x: u64) -> u64 {
         let t = ((u128::from(x) * u128::from(self.m)) >> 64) as u64;
         (t + ((x - t) >> self.s1)) >> self.s2
-    }
-
-    pub(crate) fn divisor(&self) -> u64 {
-        self.d
     }
 }
 
@@ -258,7 +252,11 @@ impl Windows {
         let t = geo.ticks[k];
         let start = self.starts[k];
         let offset = e - start;
-        let q = if t == 1 { offset } else { geo.dividers[k].div(offset) };
+        let q = if t == 1 {
+            offset
+        } else {
+            geo.dividers[k].div(offset)
+        };
         debug_assert!(
             q < u64::from(geo.size),
             "deadline {e} outside level {k}'s window"
@@ -329,7 +327,19 @@ mod tests {
             z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
             z ^ (z >> 31)
         };
-        let mut divisors = vec![1, 2, 3, 7, 10, 20, 400, 1_000_000, 20_000_000, u64::MAX, u64::MAX - 1];
+        let mut divisors = vec![
+            1,
+            2,
+            3,
+            7,
+            10,
+            20,
+            400,
+            1_000_000,
+            20_000_000,
+            u64::MAX,
+            u64::MAX - 1,
+        ];
         divisors.extend((1..64).map(|b| 1u64 << b));
         divisors.extend((1..64).map(|b| (1u64 << b) + 1));
         divisors.extend((1..64).map(|b| (1u64 << b) - 1));
@@ -338,8 +348,16 @@ mod tests {
         }
         for d in divisors.into_iter().filter(|&d| d > 0) {
             let div = Divider::new(d);
-            assert_eq!(div.divisor(), d);
-            let mut xs = vec![0, 1, d - 1, d, d.wrapping_add(1), u64::MAX, u64::MAX - 1, u64::MAX / 2];
+            let mut xs = vec![
+                0,
+                1,
+                d - 1,
+                d,
+                d.wrapping_add(1),
+                u64::MAX,
+                u64::MAX - 1,
+                u64::MAX / 2,
+            ];
             xs.extend((0..300).map(|_| next() >> (next() % 64)));
             for x in xs {
                 assert_eq!(div.div(x), x / d, "{x} / {d}");
