@@ -11,7 +11,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::time::{Duration, Instant};
 
-use crate::measure::{median, process_cpu_ns};
+use crate::measure::{live_threads_cpu_ns, median};
 use crate::rng::SplitMix64;
 
 /// Something W1 can add to and cancel from.
@@ -56,6 +56,19 @@ pub struct ChurnFigures {
     pub cancel_cpu_ns: f64,
 }
 
+impl ChurnFigures {
+    /// Per-field medians of several runs.
+    pub fn median(runs: &[ChurnFigures]) -> ChurnFigures {
+        let m = |g: fn(&ChurnFigures) -> f64| median(&runs.iter().map(g).collect::<Vec<_>>());
+        ChurnFigures {
+            add_ns: m(|f| f.add_ns),
+            cancel_ns: m(|f| f.cancel_ns),
+            add_cpu_ns: m(|f| f.add_cpu_ns),
+            cancel_cpu_ns: m(|f| f.cancel_cpu_ns),
+        }
+    }
+}
+
 /// The delays of W1/W5: `1 + (rand_i % range_ms)`.
 pub fn delays(n: usize, range_ms: u64) -> Vec<u64> {
     let mut rng = SplitMix64::new(42);
@@ -66,13 +79,13 @@ pub fn delays(n: usize, range_ms: u64) -> Vec<u64> {
 pub fn run_once<C: ChurnTarget>(target: &mut C, delays: &[u64]) -> ChurnFigures {
     let n = delays.len();
     let mut handles = Vec::with_capacity(n);
-    let cpu0 = process_cpu_ns();
+    let cpu0 = live_threads_cpu_ns();
     let t0 = Instant::now();
     for (i, &d) in delays.iter().enumerate() {
         handles.push(target.add(d, i as u64));
     }
     let add_wall = t0.elapsed();
-    let cpu1 = process_cpu_ns();
+    let cpu1 = live_threads_cpu_ns();
     if C::EXACT {
         assert_eq!(target.len(), n, "add phase lost tasks");
     }
@@ -84,7 +97,7 @@ pub fn run_once<C: ChurnTarget>(target: &mut C, delays: &[u64]) -> ChurnFigures 
         }
     }
     let cancel_wall = t1.elapsed();
-    let cpu2 = process_cpu_ns();
+    let cpu2 = live_threads_cpu_ns();
     let expected = n - n.div_ceil(10);
     if C::EXACT {
         assert_eq!(cancelled, expected, "cancel phase missed tasks");
@@ -119,13 +132,7 @@ pub fn run_median<C: ChurnTarget>(
             f
         })
         .collect();
-    let m = |g: fn(&ChurnFigures) -> f64| median(&all.iter().map(g).collect::<Vec<_>>());
-    ChurnFigures {
-        add_ns: m(|f| f.add_ns),
-        cancel_ns: m(|f| f.cancel_ns),
-        add_cpu_ns: m(|f| f.add_cpu_ns),
-        cancel_cpu_ns: m(|f| f.cancel_cpu_ns),
-    }
+    ChurnFigures::median(&all)
 }
 
 // ===== targets =====

@@ -216,13 +216,13 @@ fn validate(a: &Args) -> Result<(), String> {
     if a.num == 0 || a.rate <= 0.0 || !a.rate.is_finite() {
         return Err("--num and --rate must be positive".into());
     }
-    if !(a.pct50 > 0.0 && a.pct75 >= a.pct50) {
+    if a.pct50.is_nan() || a.pct75.is_nan() || a.pct50 <= 0.0 || a.pct75 < a.pct50 {
         return Err("need 0 < --pct50 <= --pct75".into());
     }
     if a.keys == 0 || a.key_space == 0 {
         return Err("--keys and --key-space must be at least 1".into());
     }
-    if !(a.tick_ms > 0.0) || a.wheel_size < 2 || a.executors == 0 {
+    if a.tick_ms.is_nan() || a.tick_ms <= 0.0 || a.wheel_size < 2 || a.executors == 0 {
         return Err("need --tick-ms > 0, --wheel-size >= 2, --executors >= 1".into());
     }
     Ok(())

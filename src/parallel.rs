@@ -160,6 +160,10 @@ pub struct ParallelFigures {
     pub all_ns: f64,
     /// Process CPU ns per operation over both phases (all threads, background ones included).
     pub cpu_ns: f64,
+    /// Process CPU over the run / wall of the two phases: the cores the run really got (up to
+    /// 2 for the workers, plus whatever background threads used; the barriers' waits are in the
+    /// CPU reading's stretch but not in the phases' wall).
+    pub cores: f64,
 }
 
 /// One thread's clock stamps: add phase start and end, cancel phase start and end.
@@ -176,8 +180,10 @@ pub fn run_once<S: SharedTarget>(target: &S, delays: &[u64], split: Split) -> Pa
         Split::Halves => (t * half, n.min((t + 1) * half), 1),
     };
     let phase = Barrier::new(2);
-    // The workers and this thread: this thread reads the CPU clock while the workers are alive.
+    // The workers and this thread: this thread reads the CPU clock while the workers are alive
+    // (the first reading is taken before they start, so all of their CPU counts).
     let done = Barrier::new(3);
+    let cpu0 = live_threads_cpu_ns();
     let (cpu, stamps, cancelled) = std::thread::scope(|s| {
         let workers: Vec<_> = (0..2)
             .map(|t| {
@@ -206,7 +212,6 @@ pub fn run_once<S: SharedTarget>(target: &S, delays: &[u64], split: Split) -> Pa
                 })
             })
             .collect();
-        let cpu0 = live_threads_cpu_ns();
         done.wait();
         let cpu = live_threads_cpu_ns().saturating_sub(cpu0);
         done.wait();
@@ -244,6 +249,7 @@ pub fn run_once<S: SharedTarget>(target: &S, delays: &[u64], split: Split) -> Pa
         cancel_ns: cancel_wall / expected.max(1) as f64,
         all_ns: (add_wall + cancel_wall) / ops,
         cpu_ns: cpu as f64 / ops,
+        cores: cpu as f64 / (add_wall + cancel_wall).max(1.0),
     }
 }
 
@@ -267,20 +273,15 @@ where
         x2.push(run_once(&target, delays, split));
         drop(target);
     }
-    let m1 = |g: fn(&ChurnFigures) -> f64| median(&w1.iter().map(g).collect::<Vec<_>>());
     let m2 = |g: fn(&ParallelFigures) -> f64| median(&x2.iter().map(g).collect::<Vec<_>>());
     (
-        ChurnFigures {
-            add_ns: m1(|f| f.add_ns),
-            cancel_ns: m1(|f| f.cancel_ns),
-            add_cpu_ns: m1(|f| f.add_cpu_ns),
-            cancel_cpu_ns: m1(|f| f.cancel_cpu_ns),
-        },
+        ChurnFigures::median(&w1),
         ParallelFigures {
             add_ns: m2(|f| f.add_ns),
             cancel_ns: m2(|f| f.cancel_ns),
             all_ns: m2(|f| f.all_ns),
             cpu_ns: m2(|f| f.cpu_ns),
+            cores: m2(|f| f.cores),
         },
     )
 }
@@ -289,18 +290,27 @@ where
 pub fn run(args: &Args) -> ExitCode {
     let a = args;
     println!(
-        "W1x2 churn on 2 threads: N = {} ({} per thread, split {:?}), delay 1..={} ms, \
+        "W1x2 churn on 2 threads: N = {} ({} per thread, split {}), delay 1..={} ms, \
          cancel 90%, medians of {} runs (each: W1 on 1 thread, then W1x2)",
         a.n,
         a.n.div_ceil(2),
-        a.split,
+        format!("{:?}", a.split).to_lowercase(),
         a.range_ms,
         a.runs
     );
     println!("machine: {}", machine_line());
     println!(
-        "{:<18} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9}",
-        "impl", "x2 add", "x2 cancel", "x2 all", "x1 add", "x1 cancel", "x1 all", "x2/x1", "x2 cpu"
+        "{:<18} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9} {:>6}",
+        "impl",
+        "x2 add",
+        "x2 cancel",
+        "x2 all",
+        "x1 add",
+        "x1 cancel",
+        "x1 all",
+        "x2/x1",
+        "x2 cpu",
+        "cores"
     );
     let delays = churn::delays(a.n, a.range_ms);
     let n_cancel = a.n - a.n.div_ceil(10);
@@ -329,7 +339,7 @@ pub fn run(args: &Args) -> ExitCode {
         };
         let w1_all = (w1.add_ns * a.n as f64 + w1.cancel_ns * n_cancel as f64) / ops;
         println!(
-            "{:<18} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>8.2} {:>9.1}",
+            "{:<18} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>8.2} {:>9.1} {:>6.2}",
             name,
             x2.add_ns,
             x2.cancel_ns,
@@ -338,12 +348,12 @@ pub fn run(args: &Args) -> ExitCode {
             w1.cancel_ns,
             w1_all,
             x2.all_ns / w1_all,
-            x2.cpu_ns
+            x2.cpu_ns,
+            x2.cores
         );
     }
-    println!(
-        "(wall ns per op; \"all\" = (add wall + cancel wall) / (adds + cancels); x2/x1 < 1 means \
-         two threads beat one; x2 cpu = process CPU ns per op, all threads)"
-    );
+    println!("wall ns per op; all = (add wall + cancel wall) / (adds + cancels); x2/x1 < 1: two");
+    println!("threads beat one; x2 cpu: process CPU ns per op (all threads); cores: that CPU over");
+    println!("the phases' wall (below 2: the workers did not really run at once)");
     ExitCode::SUCCESS
 }
