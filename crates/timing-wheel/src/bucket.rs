@@ -11,7 +11,10 @@
 //!   `current_k = ⌊current / tick_k⌋ · tick_k`, in slot `⌊e / tick_k⌋ mod n` (the absolute
 //!   virtual id), and that bucket's expiration is the slot's start `⌊e / tick_k⌋ · tick_k`;
 //! * the top level is the first whose span `tick_k · n` does not fit in a `u64`: its window is
-//!   unbounded, so every deadline has a level and nothing overflows.
+//!   unbounded, so every deadline has a level and nothing overflows;
+//! * a deadline past the last representable tick (`max_expiration`, the last multiple of the
+//!   tick below `u64::MAX`) means **never**: it is kept (cancellable, handed back by a close) but
+//!   never queued and never handed out, so it can never fire early by being rounded down.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -227,17 +230,20 @@ impl Windows {
         }
     }
 
-    /// Where an entry with this deadline goes now, or `None` when it is already expired.
-    /// `created` is the number of levels that exist (a hint: the search is branch-free over
-    /// them, and only walks further for a deadline beyond every existing level).
+    /// Where an entry with this deadline goes now. `created` is the number of levels that exist
+    /// (a hint: the search is branch-free over them, and only walks further for a deadline
+    /// beyond every existing level).
     #[inline(always)]
-    pub(crate) fn place(&self, geo: &Geometry, created: usize, deadline: u64) -> Option<Bucket> {
+    pub(crate) fn place(&self, geo: &Geometry, created: usize, deadline: u64) -> Place {
+        if deadline > geo.max_expiration {
+            return Place::Never;
+        }
         let e = geo.round_up(deadline);
         if e <= self.current {
-            return None;
+            return Place::Expired;
         }
         let top = self.ends.len() - 1;
-        let scan = created.clamp(1, top);
+        let scan = created.min(top);
         // Branch-free: W1's random deadlines land on different levels, and a data-dependent
         // loop exit mispredicts on a good share of adds.
         let mut k = 0;
@@ -265,12 +271,23 @@ impl Windows {
         if slot >= geo.size {
             slot -= geo.size;
         }
-        Some(Bucket {
+        Place::In(Bucket {
             expiration: start + q * t,
             level: k as u8,
             slot: slot as u16,
         })
     }
+}
+
+/// Where an entry goes (see [`Windows::place`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Place {
+    /// Already due: hand it back to the caller.
+    Expired,
+    /// Into this bucket.
+    In(Bucket),
+    /// Past the last representable tick: kept, never due.
+    Never,
 }
 
 /// A bucket marker value meaning "not queued".
@@ -403,6 +420,9 @@ mod tests {
     /// The reference rule, written the slow way: the lowest level whose window holds `e`,
     /// slot by absolute virtual id.
     fn reference_place(g: &Geometry, current: u64, deadline: u64) -> Option<(usize, usize, u64)> {
+        if deadline > g.max_expiration {
+            return Some((usize::MAX, usize::MAX, u64::MAX));
+        }
         let e = g.round_up(deadline);
         if e <= current {
             return None;
@@ -425,8 +445,11 @@ mod tests {
         created: usize,
     ) -> Option<(usize, usize, u64)> {
         let w = Windows::new(g, current);
-        w.place(g, created, deadline)
-            .map(|b| (b.level(), b.slot(), b.expiration()))
+        match w.place(g, created, deadline) {
+            Place::In(b) => Some((b.level(), b.slot(), b.expiration())),
+            Place::Expired => None,
+            Place::Never => Some((usize::MAX, usize::MAX, u64::MAX)),
+        }
     }
 
     #[test]
@@ -493,10 +516,15 @@ mod tests {
             (1, MAX_WHEEL_SIZE),
         ] {
             let g = Geometry::new(tick, size).unwrap();
-            let (level, _, expiration) = place(&g, 0, u64::MAX, 1).unwrap();
+            assert_eq!(
+                place(&g, 0, u64::MAX, 1),
+                Some((usize::MAX, usize::MAX, u64::MAX)),
+                "never"
+            );
+            let (level, _, expiration) = place(&g, 0, g.max_expiration, 1).unwrap();
             assert_eq!(level, g.max_levels() - 1, "tick {tick} size {size}");
-            assert!(expiration <= g.max_expiration);
-            assert!(expiration < NOT_QUEUED);
+            assert_eq!(expiration % g.ticks[level], 0);
+            assert!(expiration <= g.max_expiration && expiration < NOT_QUEUED);
             // Near the end of time the windows still do not overflow.
             let late = g.round_down(u64::MAX - 5);
             assert!(place(&g, late, u64::MAX, 3).is_none_or(|p| p.2 > late));
@@ -507,10 +535,14 @@ mod tests {
     fn queue_reports_new_earliest() {
         let g = Geometry::new(1, 20).unwrap();
         let w = Windows::new(&g, 0);
+        let b = |d| match w.place(&g, 1, d) {
+            Place::In(b) => b,
+            other => panic!("{other:?}"),
+        };
         let mut q = ExpiryQueue::default();
-        assert!(q.push(w.place(&g, 1, 10).unwrap()));
-        assert!(!q.push(w.place(&g, 1, 15).unwrap()));
-        assert!(q.push(w.place(&g, 1, 5).unwrap()));
+        assert!(q.push(b(10)));
+        assert!(!q.push(b(15)));
+        assert!(q.push(b(5)));
         assert_eq!(q.pop_due(4), None);
         assert_eq!(q.pop_due(5).unwrap().expiration(), 5);
         assert_eq!(q.len(), 2);

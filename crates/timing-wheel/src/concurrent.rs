@@ -242,13 +242,14 @@ impl<T> ConcurrentWheel<T> {
     ) -> Result<Added<T>, AddError<T>> {
         let cell = &self.shards[hint & (self.shards.len() - 1)];
         let mut shard = cell.shard.lock();
-        let (key, b) = shard.add(deadline, value)?;
+        let (key, bucket) = shard.add(deadline, value)?;
         cell.len.store(shard.len(), Ordering::Relaxed);
-        let (queued, earliest) = if mark(&self.markers, self.geo.size as usize, b) {
-            // Pushed under the shard lock: see the ground rules.
-            (Some(b), self.queue.lock().push(b))
-        } else {
-            (None, false)
+        let (queued, earliest) = match bucket {
+            Some(b) if mark(&self.markers, self.geo.size as usize, b) => {
+                // Pushed under the shard lock: see the ground rules.
+                (Some(b), self.queue.lock().push(b))
+            }
+            _ => (None, false),
         };
         drop(shard);
         Ok(Added {
@@ -522,7 +523,8 @@ impl<T> WheelGuard<'_, T> {
 
 impl<T> EntryHandle<T> {
     /// Cancels the entry: unlinks it at once (O(1), under its shard's lock) and returns its
-    /// value. `None` means the entry is no longer pending (it fired, was cancelled, or was handed
+    /// value. (A handle keeps its shard's storage alive, so it stays usable even after the wheel
+    /// itself is dropped.) `None` means the entry is no longer pending (it fired, was cancelled, or was handed
     /// back by a close): this call did not win.
     ///
     /// ```

@@ -17,7 +17,7 @@
 //! * Levels are created lazily: level `k`'s lists exist once an entry has needed level `k` (and
 //!   then all levels below it exist too, as with Kafka's chain of overflow wheels).
 
-use crate::bucket::{Bucket, Geometry, Windows};
+use crate::bucket::{Bucket, Geometry, Place, Windows};
 use crate::list::{Arena, EntryKey, KeyState, NIL};
 use crate::AddError;
 
@@ -39,6 +39,8 @@ pub(crate) struct Shard<T> {
     windows: Windows,
     /// First sentinel of each created level; bucket `(k, s)` is headed by `heads[k] + s`.
     heads: Vec<u32>,
+    /// Sentinel of the list of entries that are never due (deadline past the last tick).
+    never: u32,
     closed: bool,
     counts: WheelCounts,
 }
@@ -70,8 +72,11 @@ impl std::ops::AddAssign for WheelCounts {
 
 impl<T> Shard<T> {
     pub(crate) fn new(geo: Geometry, start: u64) -> Self {
+        let mut arena = Arena::new();
+        let never = arena.alloc_sentinels(1);
         Shard {
-            arena: Arena::new(),
+            arena,
+            never,
             windows: Windows::new(&geo, start),
             geo,
             heads: Vec::new(),
@@ -131,24 +136,26 @@ impl<T> Shard<T> {
     }
 
     /// Schedules `value` at `deadline`. On success returns its key and the bucket it went to
-    /// (the owner queues that bucket if its marker changes).
+    /// (the owner queues that bucket if its marker changes), or `None` for a deadline that is
+    /// never due.
     #[inline(always)]
     pub(crate) fn add(
         &mut self,
         deadline: u64,
         value: T,
-    ) -> Result<(EntryKey, Bucket), AddError<T>> {
+    ) -> Result<(EntryKey, Option<Bucket>), AddError<T>> {
         if self.closed {
             return Err(AddError::Closed(value));
         }
-        let Some(b) = self.windows.place(&self.geo, self.heads.len(), deadline) else {
-            return Err(AddError::Expired(value));
+        let (head, bucket) = match self.windows.place(&self.geo, self.heads.len(), deadline) {
+            Place::In(b) => (self.head(b), Some(b)),
+            Place::Expired => return Err(AddError::Expired(value)),
+            Place::Never => (self.never, None),
         };
-        let head = self.head(b);
         let key = self.arena.alloc(deadline, value);
         self.arena.link_back(head, key.index);
         self.counts.added += 1;
-        Ok((key, b))
+        Ok((key, bucket))
     }
 
     /// Unlinks the entry and hands its value back: `None` if the key no longer names a
@@ -200,7 +207,7 @@ impl<T> Shard<T> {
             let next = self.arena.next(cur);
             let deadline = self.arena.deadline(cur);
             match self.windows.place(&self.geo, self.heads.len(), deadline) {
-                None => {
+                Place::Expired => {
                     // The key's stamp is read before the release bumps the generation.
                     let key = self.key_of(cur);
                     let value = self.arena.release(cur);
@@ -211,11 +218,14 @@ impl<T> Shard<T> {
                         value,
                     });
                 }
-                Some(nb) => {
+                Place::In(nb) => {
                     debug_assert!(nb.level() < b.level(), "entry of {b:?} re-placed at {nb:?}");
                     let head = self.head(nb);
                     self.arena.link_back(head, cur);
                     placed(nb);
+                }
+                Place::Never => {
+                    unreachable!("bucketed entry (deadline {deadline}) became never-due")
                 }
             }
             cur = next;
@@ -252,17 +262,21 @@ impl<T> Shard<T> {
     /// hands every pending entry to `f`. Their keys then report "handed back".
     pub(crate) fn close(&mut self, f: &mut impl FnMut(EntryKey, u64, T)) {
         self.closed = true;
-        for level in 0..self.heads.len() {
-            for slot in 0..self.geo.size {
-                let mut cur = self.arena.detach(self.heads[level] + slot);
-                while cur != NIL {
-                    let next = self.arena.next(cur);
-                    let key = self.key_of(cur);
-                    let deadline = self.arena.deadline(cur);
-                    self.counts.handed_back += 1;
-                    f(key, deadline, self.arena.hand_back(cur));
-                    cur = next;
-                }
+        let lists = self
+            .heads
+            .iter()
+            .flat_map(|&base| (0..self.geo.size).map(move |slot| base + slot))
+            .chain(std::iter::once(self.never))
+            .collect::<Vec<_>>();
+        for head in lists {
+            let mut cur = self.arena.detach(head);
+            while cur != NIL {
+                let next = self.arena.next(cur);
+                let key = self.key_of(cur);
+                let deadline = self.arena.deadline(cur);
+                self.counts.handed_back += 1;
+                f(key, deadline, self.arena.hand_back(cur));
+                cur = next;
             }
         }
         debug_assert_eq!(self.arena.pending(), 0);
@@ -274,7 +288,14 @@ impl<T> Shard<T> {
         self.arena.check_accounting();
         let current = self.current();
         assert_eq!(current % self.geo.tick, 0, "current time off the tick");
-        let mut linked = 0;
+        let never = self.arena.check_list(self.never);
+        for &d in &never {
+            assert!(
+                d > self.geo.max_expiration,
+                "deadline {d} on the never-due list"
+            );
+        }
+        let mut linked = never.len();
         for (level, &base) in self.heads.iter().enumerate() {
             let t = self.geo.ticks[level];
             for slot in 0..self.geo.size {

@@ -84,8 +84,8 @@ impl<T> TimingWheel<T> {
     ///
     /// [`AddError::Expired`] with the value when the deadline (rounded up to the tick) is not
     /// after the wheel's current time: the entry is already due and the caller should act on it
-    /// now. Deadlines past the representable range saturate: they are scheduled in the top level
-    /// and never overflow.
+    /// now. A deadline past the last representable tick (the last multiple of the tick below
+    /// `u64::MAX`) is accepted and means "never": it is never handed out, but can be cancelled.
     ///
     /// ```
     /// use timing_wheel::{AddError, TimingWheel};
@@ -98,9 +98,11 @@ impl<T> TimingWheel<T> {
     #[doc(alias = "insert")]
     #[inline(always)]
     pub fn add(&mut self, deadline: u64, value: T) -> Result<EntryKey, AddError<T>> {
-        let (key, b) = self.shard.add(deadline, value)?;
-        let size = self.shard.geometry().size as usize;
-        queue_bucket(size, &mut self.markers, &mut self.queue, b);
+        let (key, bucket) = self.shard.add(deadline, value)?;
+        if let Some(b) = bucket {
+            let size = self.shard.geometry().size as usize;
+            queue_bucket(size, &mut self.markers, &mut self.queue, b);
+        }
         Ok(key)
     }
 
