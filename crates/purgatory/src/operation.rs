@@ -201,10 +201,13 @@ impl<Op: DelayedOperation> OpCell<Op> {
         st.op.take().expect("a pending operation holds its op")
     }
 
-    /// The timer's task: completes the operation by expiry unless something else won.
+    /// The timer's task: completes the operation by expiry unless something else won, or its
+    /// timer was disarmed meanwhile. Only an armed operation expires: every completion and
+    /// `cancel_for_key` take the timer handle under this lock, so an expiry task the timer had
+    /// already dispatched when `cancel_for_key` ran finds it gone and does nothing.
     pub(crate) fn expire(&self) {
         let mut st = self.lock();
-        if !self.is_completed() {
+        if !self.is_completed() && st.timer.is_some() {
             self.complete_locked(&mut st, How::Expired);
         }
     }

@@ -445,7 +445,10 @@ where
         }
     }
 
-    /// Sweeps every watch list now (the purge the purgatory otherwise triggers by count).
+    /// Sweeps every watch list now (the purge the purgatory otherwise triggers by count: it is
+    /// scheduled by `try_complete_else_watch` and by checks that complete something, once
+    /// `purge_interval` watched operations have completed; operations completed only by force or
+    /// expiry while no other call comes leave their empty cells until the next such call).
     /// Returns the number of completed entries removed.
     pub fn purge(&self) -> usize {
         self.inner.counters.garbage.store(0, Ordering::Relaxed);
