@@ -28,6 +28,19 @@ pub trait ChurnTarget {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// Brings the structure to the state of a long-lived one: fills it with `delays` and empties
+    /// it again, so the measured run reuses memory the structure already owns (no first-touch
+    /// page faults). Default: add everything, cancel everything.
+    fn warm_up(&mut self, delays: &[u64]) {
+        let hs: Vec<Self::Handle> = delays
+            .iter()
+            .enumerate()
+            .map(|(i, &d)| self.add(d, i as u64))
+            .collect();
+        for h in &hs {
+            self.cancel(h);
+        }
+    }
     /// False for targets on a real clock, where a task with a short delay may fire during the
     /// add phase (so a few cancels lose, and the counts are only checked approximately).
     const EXACT: bool = true;
@@ -118,15 +131,20 @@ pub fn run_once<C: ChurnTarget>(target: &mut C, delays: &[u64]) -> ChurnFigures 
     }
 }
 
-/// Runs W1 `runs` times on fresh targets from `make` and returns the per-field medians.
+/// Runs W1 `runs` times on fresh targets from `make` (warmed up first if `warm`) and returns
+/// the per-field medians.
 pub fn run_median<C: ChurnTarget>(
     runs: usize,
     delays: &[u64],
+    warm: bool,
     mut make: impl FnMut() -> C,
 ) -> ChurnFigures {
     let all: Vec<ChurnFigures> = (0..runs.max(1))
         .map(|_| {
             let mut t = make();
+            if warm {
+                t.warm_up(delays);
+            }
             let f = run_once(&mut t, delays);
             drop(t);
             f
@@ -212,6 +230,15 @@ pub struct HeapTarget {
 
 impl ChurnTarget for HeapTarget {
     type Handle = u64;
+    fn warm_up(&mut self, delays: &[u64]) {
+        for (i, &d) in delays.iter().enumerate() {
+            self.add(d, i as u64);
+        }
+        // Lazy cancel would leave the entries in the heap: empty it, keeping the capacity.
+        self.heap.clear();
+        self.cancelled.iter_mut().for_each(|c| *c = false);
+        self.len = 0;
+    }
     #[inline]
     fn add(&mut self, delay_ms: u64, id: u64) -> u64 {
         self.heap.push(Reverse((delay_ms, id)));

@@ -68,6 +68,10 @@ struct W1Args {
     /// Skip the bytes-per-task probes (two child processes per implementation).
     #[arg(long)]
     no_bytes: bool,
+    /// Measure a warmed-up structure (filled and emptied once first): the steady state of a
+    /// long-lived timer, without first-touch page faults. Default: a fresh structure per run.
+    #[arg(long)]
+    warm: bool,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -81,6 +85,9 @@ struct W5Args {
     /// Implementations, comma separated.
     #[arg(long, value_delimiter = ',', default_values_t = churn::IMPLS.iter().map(|s| s.to_string()))]
     impls: Vec<String>,
+    /// Measure warmed-up structures (see `w1 --warm`).
+    #[arg(long)]
+    warm: bool,
 }
 
 fn main() -> ExitCode {
@@ -104,14 +111,14 @@ fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn measure(name: &str, runs: usize, delays: &[u64]) -> ChurnFigures {
+fn measure(name: &str, runs: usize, warm: bool, delays: &[u64]) -> ChurnFigures {
     match name {
-        "wheel" => churn::run_median(runs, delays, WheelTarget::new),
-        "concurrent-wheel" => churn::run_median(runs, delays, ConcurrentWheelTarget::new),
-        "binary-heap" => churn::run_median(runs, delays, HeapTarget::default),
-        "system-timer" => churn::run_median(runs, delays, TimerTarget::new),
-        "system-timer-typed" => churn::run_median(runs, delays, TypedTimerTarget::new),
-        "delay-queue" => churn::run_median(runs, delays, DelayQueueTarget::new),
+        "wheel" => churn::run_median(runs, delays, warm, WheelTarget::new),
+        "concurrent-wheel" => churn::run_median(runs, delays, warm, ConcurrentWheelTarget::new),
+        "binary-heap" => churn::run_median(runs, delays, warm, HeapTarget::default),
+        "system-timer" => churn::run_median(runs, delays, warm, TimerTarget::new),
+        "system-timer-typed" => churn::run_median(runs, delays, warm, TypedTimerTarget::new),
+        "delay-queue" => churn::run_median(runs, delays, warm, DelayQueueTarget::new),
         other => {
             eprintln!("unknown implementation {other}; known: {:?}", churn::IMPLS);
             std::process::exit(2);
@@ -142,8 +149,11 @@ fn bytes_per_task(name: &str, n: usize, range_ms: u64) -> Option<f64> {
 
 fn w1(a: &W1Args) {
     println!(
-        "W1 churn: N = {}, delay 1..={} ms, cancel 90%, medians of {} runs",
-        a.n, a.range_ms, a.runs
+        "W1 churn: N = {}, delay 1..={} ms, cancel 90%, medians of {} runs, {} structures",
+        a.n,
+        a.range_ms,
+        a.runs,
+        if a.warm { "warmed-up" } else { "fresh" }
     );
     println!("machine: {}", machine_line());
     println!(
@@ -152,7 +162,7 @@ fn w1(a: &W1Args) {
     );
     let delays = churn::delays(a.n, a.range_ms);
     for name in &a.impls {
-        let f = measure(name, a.runs, &delays);
+        let f = measure(name, a.runs, a.warm, &delays);
         let bytes = if a.no_bytes {
             None
         } else {
@@ -172,8 +182,9 @@ fn w1(a: &W1Args) {
 
 fn w5(a: &W5Args) {
     println!(
-        "W5 scale: add / cancel ns/op by pending N (delay range N × 0.03 ms), medians of {} runs",
-        a.runs
+        "W5 scale: add / cancel ns/op by pending N (delay range N × 0.03 ms), medians of {} runs, {} structures",
+        a.runs,
+        if a.warm { "warmed-up" } else { "fresh" }
     );
     println!("machine: {}", machine_line());
     print!("{:<18}", "impl");
@@ -187,7 +198,7 @@ fn w5(a: &W5Args) {
         let mut last = None;
         for &n in &a.sizes {
             let range = ((n as f64) * 0.03).round().max(1.0) as u64;
-            let f = measure(name, a.runs, &churn::delays(n, range));
+            let f = measure(name, a.runs, a.warm, &churn::delays(n, range));
             print!(" {:>18}", format!("{:.1} / {:.1}", f.add_ns, f.cancel_ns));
             first.get_or_insert(f);
             last = Some(f);

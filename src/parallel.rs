@@ -268,7 +268,7 @@ where
     let mut w1 = Vec::new();
     let mut x2 = Vec::new();
     for _ in 0..runs.max(1) {
-        w1.push(churn::run_median(1, delays, &mut single));
+        w1.push(churn::run_median(1, delays, false, &mut single));
         let target = shared();
         x2.push(run_once(&target, delays, split));
         drop(target);

@@ -31,8 +31,8 @@ use std::fmt;
 
 use system_timer::{Task, TimerHandle};
 
-use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use crate::sync::{Arc, Mutex, MutexGuard};
+use crate::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
+use crate::sync::{thread_hint, Arc, Mutex, MutexGuard};
 
 /// An operation that waits in a [`Purgatory`](crate::Purgatory) until it can complete, or until
 /// its timeout expires.
@@ -89,18 +89,114 @@ pub(crate) enum How {
     Expired,
 }
 
-/// Counters shared by a purgatory's operations.
+/// Counter stripes per purgatory (a power of two; one under loom).
+const STRIPES: usize = if cfg!(loom) { 1 } else { 8 };
+
+/// One thread's counters, on its own cache lines.
 #[derive(Debug, Default)]
+#[repr(align(128))]
+struct Stripe {
+    /// Armed minus disarmed operations counted on this stripe (may go negative: an operation
+    /// is often armed on one thread and disarmed on another).
+    delayed: AtomicI64,
+    /// Watched operations completed since this stripe last triggered a purge.
+    garbage: AtomicUsize,
+    completed: AtomicUsize,
+    expired: AtomicUsize,
+}
+
+/// Counters shared by a purgatory's operations, striped by thread: the generator of a workload
+/// and the threads completing its operations each write their own cache line, never a shared
+/// one (a shared counter would cost a cache-line transfer on every operation).
+#[derive(Debug)]
 pub(crate) struct Counters {
-    /// Operations armed in the timer and not completed (Kafka's `numDelayed`).
-    pub(crate) delayed: AtomicUsize,
-    /// Watched operations completed since the last purge: an upper bound on the empty cells
-    /// left in watch lists (Kafka's `estimatedTotalOperations - numDelayed`).
-    pub(crate) garbage: AtomicUsize,
-    /// Operations completed, by any path.
-    pub(crate) completed: AtomicUsize,
-    /// Operations completed by expiry.
-    pub(crate) expired: AtomicUsize,
+    stripes: [Stripe; STRIPES],
+    /// A stripe moves its garbage count to `garbage` every this many (so the shared line is
+    /// written once per `flush_every` completions, and the total is off by at most
+    /// `STRIPES × flush_every`).
+    flush_every: usize,
+    /// Garbage flushed from the stripes since the last purge.
+    garbage: AtomicUsize,
+    /// The purge interval.
+    purge_interval: usize,
+    /// Set when `garbage` reached the interval; taken by the purge's scheduler.
+    purge_due: AtomicBool,
+}
+
+impl Counters {
+    pub(crate) fn new(purge_interval: usize) -> Self {
+        Counters {
+            stripes: Default::default(),
+            flush_every: (purge_interval / (4 * STRIPES)).max(1),
+            garbage: AtomicUsize::new(0),
+            purge_interval: purge_interval.max(1),
+            purge_due: AtomicBool::new(false),
+        }
+    }
+
+    #[inline]
+    fn mine(&self) -> &Stripe {
+        &self.stripes[thread_hint() & (STRIPES - 1)]
+    }
+
+    /// An operation was armed (`+1`) or disarmed (`-1`).
+    #[inline]
+    pub(crate) fn delayed_add(&self, d: i64) {
+        self.mine().delayed.fetch_add(d, Ordering::AcqRel);
+    }
+
+    /// Operations armed and not disarmed: exact once the threads changing it are done.
+    pub(crate) fn delayed(&self) -> usize {
+        let sum: i64 = self
+            .stripes
+            .iter()
+            .map(|s| s.delayed.load(Ordering::Acquire))
+            .sum();
+        usize::try_from(sum).unwrap_or(0)
+    }
+
+    /// A watched operation completed: counts towards the next purge.
+    #[inline]
+    fn garbage_add(&self) {
+        let s = self.mine();
+        if s.garbage.fetch_add(1, Ordering::Relaxed) + 1 < self.flush_every {
+            return;
+        }
+        let n = s.garbage.swap(0, Ordering::Relaxed);
+        if self.garbage.fetch_add(n, Ordering::AcqRel) + n >= self.purge_interval {
+            self.garbage.store(0, Ordering::Relaxed);
+            self.purge_due.store(true, Ordering::Release);
+        }
+    }
+
+    /// True once (per crossing) when enough watched operations completed for a purge.
+    #[inline]
+    pub(crate) fn take_purge_due(&self) -> bool {
+        self.purge_due.load(Ordering::Relaxed) && self.purge_due.swap(false, Ordering::AcqRel)
+    }
+
+    /// Forgets the garbage counted so far (a purge just ran).
+    pub(crate) fn reset_garbage(&self) {
+        for s in &self.stripes {
+            s.garbage.store(0, Ordering::Relaxed);
+        }
+        self.garbage.store(0, Ordering::Relaxed);
+        self.purge_due.store(false, Ordering::Release);
+    }
+
+    pub(crate) fn completed(&self) -> usize {
+        self.stripes
+            .iter()
+            .map(|s| s.completed.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    pub(crate) fn expired(&self) -> usize {
+        self.stripes
+            .iter()
+            .map(|s| s.expired.load(Ordering::Relaxed))
+            .sum()
+    }
 }
 
 /// What the op lock guards.
@@ -172,14 +268,15 @@ impl<Op: DelayedOperation> OpCell<Op> {
             if how == How::Completed {
                 timer.cancel();
             }
-            self.counters.delayed.fetch_sub(1, Ordering::AcqRel);
+            self.counters.delayed_add(-1);
         }
         if st.watched {
-            self.counters.garbage.fetch_add(1, Ordering::Relaxed);
+            self.counters.garbage_add();
         }
-        self.counters.completed.fetch_add(1, Ordering::Relaxed);
+        let stripe = self.counters.mine();
+        stripe.completed.fetch_add(1, Ordering::Relaxed);
         if how == How::Expired {
-            self.counters.expired.fetch_add(1, Ordering::Relaxed);
+            stripe.expired.fetch_add(1, Ordering::Relaxed);
         }
         let mut op = st.op.take().expect("a pending operation holds its op");
         op.on_complete();
@@ -196,7 +293,7 @@ impl<Op: DelayedOperation> OpCell<Op> {
         self.completed.store(true, Ordering::Release);
         if let Some(timer) = st.timer.take() {
             timer.cancel();
-            self.counters.delayed.fetch_sub(1, Ordering::AcqRel);
+            self.counters.delayed_add(-1);
         }
         st.op.take().expect("a pending operation holds its op")
     }

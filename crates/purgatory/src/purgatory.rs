@@ -63,7 +63,6 @@ struct Inner<K, Op> {
     timer: Arc<SystemTimer>,
     own_timer: bool,
     counters: Arc<Counters>,
-    purge_interval: usize,
     purge_scheduled: Arc<AtomicBool>,
     purges: Arc<AtomicU64>,
     accepted: AtomicU64,
@@ -211,8 +210,7 @@ where
                 watchers: Arc::new(WatchMap::new(self.shards)),
                 timer,
                 own_timer,
-                counters: Arc::new(Counters::default()),
-                purge_interval: self.purge_interval,
+                counters: Arc::new(Counters::new(self.purge_interval)),
                 purge_scheduled: Arc::new(AtomicBool::new(false)),
                 purges: Arc::new(AtomicU64::new(0)),
                 accepted: AtomicU64::new(0),
@@ -321,7 +319,7 @@ where
         match inner.timer.add(timeout, Task::new(move || expiry.expire())) {
             Ok(timer) => {
                 st.timer = Some(timer);
-                inner.counters.delayed.fetch_add(1, Ordering::AcqRel);
+                inner.counters.delayed_add(1);
             }
             Err(ScheduleError::Shutdown(_) | ScheduleError::Full(_)) => {
                 // The timer refused: never leave an operation that can no longer expire.
@@ -393,7 +391,7 @@ where
             }
             if let Some(timer) = st.timer.take() {
                 timer.cancel();
-                self.inner.counters.delayed.fetch_sub(1, Ordering::AcqRel);
+                self.inner.counters.delayed_add(-1);
             }
             drop(st);
             out.push(OperationHandle {
@@ -414,7 +412,7 @@ where
     /// updated by the completing call before it returns.
     #[doc(alias = "numDelayed")]
     pub fn delayed(&self) -> usize {
-        self.inner.counters.delayed.load(Ordering::Acquire)
+        self.inner.counters.delayed()
     }
 
     /// Drives the purgatory's timer to the clock's time (for purgatories built with
@@ -435,10 +433,10 @@ where
         let c = &inner.counters;
         PurgatoryStats {
             accepted: inner.accepted.load(Ordering::Relaxed),
-            completed: c.completed.load(Ordering::Relaxed) as u64,
-            expired: c.expired.load(Ordering::Relaxed) as u64,
+            completed: c.completed() as u64,
+            expired: c.expired() as u64,
             handed_back: inner.handed_back.load(Ordering::Relaxed),
-            delayed: c.delayed.load(Ordering::Relaxed) as u64,
+            delayed: c.delayed() as u64,
             purges: inner.purges.load(Ordering::Relaxed),
             watched: inner.watchers.watched() as u64,
             keys: inner.watchers.keys() as u64,
@@ -451,7 +449,7 @@ where
     /// expiry while no other call comes leave their empty cells until the next such call).
     /// Returns the number of completed entries removed.
     pub fn purge(&self) -> usize {
-        self.inner.counters.garbage.store(0, Ordering::Relaxed);
+        self.inner.counters.reset_garbage();
         self.inner.purges.fetch_add(1, Ordering::Relaxed);
         self.inner.watchers.purge()
     }
@@ -487,12 +485,9 @@ where
     /// or in the next `advance` when driven by hand) once enough watched operations completed.
     fn maybe_purge(&self) {
         let inner = &self.inner;
-        if inner.counters.garbage.load(Ordering::Relaxed) < inner.purge_interval
-            || inner.purge_scheduled.swap(true, Ordering::AcqRel)
-        {
+        if !inner.counters.take_purge_due() || inner.purge_scheduled.swap(true, Ordering::AcqRel) {
             return;
         }
-        inner.counters.garbage.store(0, Ordering::Relaxed);
         let watchers = Arc::clone(&inner.watchers);
         let (scheduled, purges) = (
             Arc::clone(&inner.purge_scheduled),
@@ -561,10 +556,7 @@ where
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Purgatory")
             .field("name", &self.inner.name)
-            .field(
-                "delayed",
-                &self.inner.counters.delayed.load(Ordering::Relaxed),
-            )
+            .field("delayed", &self.inner.counters.delayed())
             .finish()
     }
 }

@@ -29,6 +29,24 @@ mod imp {
             self.0.lock()
         }
     }
+
+    /// A small per-thread number, assigned round-robin on a thread's first call: picks the
+    /// thread's counter stripe.
+    #[inline]
+    pub(crate) fn thread_hint() -> usize {
+        use std::cell::Cell;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        thread_local! {
+            static HINT: Cell<usize> = const { Cell::new(usize::MAX) };
+        }
+        HINT.with(|h| {
+            if h.get() == usize::MAX {
+                h.set(NEXT.fetch_add(1, Ordering::Relaxed));
+            }
+            h.get()
+        })
+    }
 }
 
 #[cfg(loom)]
@@ -55,6 +73,11 @@ mod imp {
         fn default() -> Self {
             Self::new(T::default())
         }
+    }
+
+    /// Under loom there is one counter stripe.
+    pub(crate) fn thread_hint() -> usize {
+        0
     }
 }
 

@@ -31,6 +31,14 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
     }
 }
 
+/// A duration in nanoseconds, saturating at `u64::MAX` (584 years), in u64 arithmetic.
+#[inline(always)]
+pub(crate) fn duration_ns(d: Duration) -> u64 {
+    d.as_secs()
+        .saturating_mul(1_000_000_000)
+        .saturating_add(u64::from(d.subsec_nanos()))
+}
+
 /// The monotonic system clock (`std::time::Instant`), read in nanoseconds since the clock was
 /// created.
 ///
@@ -54,8 +62,9 @@ impl SystemClock {
     }
 
     /// The reading this clock gives at `instant` (0 for instants before its epoch).
+    #[inline]
     pub fn ns_at(&self, instant: Instant) -> u64 {
-        u64::try_from(instant.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
+        duration_ns(instant.saturating_duration_since(self.epoch))
     }
 }
 

@@ -422,8 +422,8 @@ impl<T: TimerTask> SystemTimer<T> {
         task: impl Into<T>,
     ) -> Result<TimerHandle<T>, ScheduleError<T>> {
         let now = self.inner.clock.now_ns();
-        let delay = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
-        self.inner.schedule(now.saturating_add(delay), task.into())
+        let deadline = now.saturating_add(crate::clock::duration_ns(delay));
+        self.inner.schedule(deadline, task.into())
     }
 
     /// Schedules `task` at an absolute deadline: `deadline` after the clock's epoch (compare
@@ -448,8 +448,8 @@ impl<T: TimerTask> SystemTimer<T> {
         deadline: Duration,
         task: impl Into<T>,
     ) -> Result<TimerHandle<T>, ScheduleError<T>> {
-        let deadline = u64::try_from(deadline.as_nanos()).unwrap_or(u64::MAX);
-        self.inner.schedule(deadline, task.into())
+        self.inner
+            .schedule(crate::clock::duration_ns(deadline), task.into())
     }
 
     /// The clock's reading, as a duration since its epoch.
