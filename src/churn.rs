@@ -261,42 +261,17 @@ impl ChurnTarget for HeapTarget {
     }
 }
 
-/// The `SystemTimer` with its defaults (tick 1 ms, wheel 20, reaper and one executor thread on
-/// the system clock), scheduling boxed closures that capture the task id.
-#[derive(Debug)]
-pub struct TimerTarget(pub system_timer::SystemTimer);
-
-impl TimerTarget {
-    /// Kafka's configuration.
-    pub fn new() -> Self {
-        TimerTarget(system_timer::SystemTimer::new())
-    }
+/// A task W1 can schedule: built from the task id.
+pub trait FromId: system_timer::TimerTask {
+    /// The task for task `id`.
+    fn from_id(id: u64) -> Self;
 }
 
-impl Default for TimerTarget {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl ChurnTarget for TimerTarget {
-    type Handle = system_timer::TimerHandle<system_timer::Task>;
-    const EXACT: bool = false;
-    #[inline]
-    fn add(&mut self, delay_ms: u64, id: u64) -> Self::Handle {
-        let task = move || {
+impl FromId for system_timer::Task {
+    fn from_id(id: u64) -> Self {
+        system_timer::Task::new(move || {
             std::hint::black_box(id);
-        };
-        self.0
-            .add(Duration::from_millis(delay_ms), task)
-            .expect("timer running")
-    }
-    #[inline]
-    fn cancel(&mut self, h: &Self::Handle) -> bool {
-        h.cancel()
-    }
-    fn len(&self) -> usize {
-        self.0.len()
+        })
     }
 }
 
@@ -310,30 +285,42 @@ impl system_timer::TimerTask for IdTask {
     }
 }
 
-/// The `SystemTimer` as [`TimerTarget`], but with a task type of its own (no box per task).
-#[derive(Debug)]
-pub struct TypedTimerTarget(pub system_timer::SystemTimer<IdTask>);
-
-impl TypedTimerTarget {
-    /// Kafka's configuration.
-    pub fn new() -> Self {
-        TypedTimerTarget(system_timer::Builder::new().build())
+impl FromId for IdTask {
+    fn from_id(id: u64) -> Self {
+        IdTask(id)
     }
 }
 
-impl Default for TypedTimerTarget {
+/// The `SystemTimer` with its defaults (tick 1 ms, wheel 20, reaper and one executor thread on
+/// the system clock), scheduling tasks of type `T`.
+#[derive(Debug)]
+pub struct SystemTimerTarget<T: system_timer::TimerTask>(pub system_timer::SystemTimer<T>);
+
+/// `system-timer`: boxed closures that capture the task id (the default task type).
+pub type TimerTarget = SystemTimerTarget<system_timer::Task>;
+/// `system-timer-typed`: a task type of its own ([`IdTask`]), no box per task.
+pub type TypedTimerTarget = SystemTimerTarget<IdTask>;
+
+impl<T: FromId> SystemTimerTarget<T> {
+    /// Kafka's configuration.
+    pub fn new() -> Self {
+        SystemTimerTarget(system_timer::Builder::new().build())
+    }
+}
+
+impl<T: FromId> Default for SystemTimerTarget<T> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl ChurnTarget for TypedTimerTarget {
-    type Handle = system_timer::TimerHandle<IdTask>;
+impl<T: FromId> ChurnTarget for SystemTimerTarget<T> {
+    type Handle = system_timer::TimerHandle<T>;
     const EXACT: bool = false;
     #[inline]
     fn add(&mut self, delay_ms: u64, id: u64) -> Self::Handle {
         self.0
-            .add(Duration::from_millis(delay_ms), IdTask(id))
+            .add(Duration::from_millis(delay_ms), T::from_id(id))
             .expect("timer running")
     }
     #[inline]
