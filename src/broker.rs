@@ -4,10 +4,10 @@
 //! * Partitions have a leader log end offset (LEO) and a high watermark (HW); follower threads
 //!   fetch from the leaders (their offsets move to the LEO after a random lag, sometimes a long
 //!   stall) and the leader advances the HW to the smallest follower offset.
-//! * Producers append to 1–3 partitions with acks=all: a [`DelayedProduce`] completes when the
+//! * Producers append to 1–3 partitions with acks=all: a `DelayedProduce` completes when the
 //!   HW has passed its offset on every partition it wrote, or times out with its
 //!   `REQUEST_TIMED_OUT` status preset (as Kafka's `DelayedProduce`).
-//! * Consumers fetch with `min_bytes` and `max_wait` (a [`DelayedFetch`]): complete once at
+//! * Consumers fetch with `min_bytes` and `max_wait` (a `DelayedFetch`): complete once at
 //!   least `min_bytes` below the HW are available across their partitions, or at `max_wait`
 //!   with whatever there is.
 //! * Every HW move calls `check_and_complete` on both purgatories for that partition.
