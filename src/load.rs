@@ -784,74 +784,138 @@ fn find_max_rate(args: &Args) -> ExitCode {
     }
 }
 
-/// A small hand-written SVG: the completion-delay distribution (CDF) and the achieved issue rate
-/// per 100 ms window.
+/// A small hand-written SVG (two line charts need no plotting dependency): the completion-delay
+/// distribution (CDF, up to p99.9) and the achieved issue rate per 100 ms window while the
+/// generator ran, with axis ticks.
 fn plot_svg(args: &Args, r: &Report) -> String {
-    let (w, h, pad) = (900.0, 320.0, 50.0);
+    let (w, h, left, right) = (900.0, 300.0, 70.0, 30.0);
     let mut s = format!(
-        "<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{}' font-family='sans-serif' font-size='12'>\n",
-        2.0 * h + 40.0
+        "<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{}' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' fill='white'/>\n",
+        2.0 * h + 90.0
     );
-    let _ = writeln!(s, "<text x='10' y='20'>{}</text>", header(args));
-    // Panel 1: CDF of completion delay (ms).
+    let head = header(args);
+    let (a, b) = head.split_at(head.find(", tick").unwrap_or(head.len()));
+    let _ = writeln!(s, "<text x='10' y='20' font-weight='bold'>{a}</text>");
+    let _ = writeln!(
+        s,
+        "<text x='10' y='36'>{}</text>",
+        b.trim_start_matches(", ")
+    );
+    // One panel: frame, ticks, polyline.
+    let mut panel = |top: f64,
+                     title: &str,
+                     xs: &[(f64, String)],
+                     ys: &[(f64, String)],
+                     pts: &[(f64, f64)],
+                     color: &str| {
+        let (x0, x1, y0, y1) = (left, w - right, top + h - 30.0, top + 10.0);
+        let _ = writeln!(
+            s,
+            "<text x='{left}' y='{}' font-weight='bold'>{title}</text>",
+            top
+        );
+        let _ = writeln!(
+            s,
+            "<rect x='{x0}' y='{y1}' width='{}' height='{}' fill='none' stroke='#888'/>",
+            x1 - x0,
+            y0 - y1
+        );
+        for (fx, label) in xs {
+            let x = x0 + fx * (x1 - x0);
+            let _ = writeln!(
+                s,
+                "<line x1='{x:.1}' y1='{y0}' x2='{x:.1}' y2='{y1}' stroke='#eee'/>"
+            );
+            let _ = writeln!(
+                s,
+                "<text x='{x:.1}' y='{}' text-anchor='middle'>{label}</text>",
+                y0 + 15.0
+            );
+        }
+        for (fy, label) in ys {
+            let y = y0 - fy * (y0 - y1);
+            let _ = writeln!(
+                s,
+                "<line x1='{x0}' y1='{y:.1}' x2='{x1}' y2='{y:.1}' stroke='#eee'/>"
+            );
+            let _ = writeln!(
+                s,
+                "<text x='{}' y='{:.1}' text-anchor='end'>{label}</text>",
+                x0 - 5.0,
+                y + 4.0
+            );
+        }
+        let line: String = pts
+            .iter()
+            .map(|(fx, fy)| format!("{:.1},{:.1} ", x0 + fx * (x1 - x0), y0 - fy * (y0 - y1)))
+            .collect();
+        let _ = writeln!(
+            s,
+            "<polyline fill='none' stroke='{color}' stroke-width='2' points='{line}'/>"
+        );
+    };
+    // Panel 1: CDF of the completion delay vs the intended time.
     let d = &r.delays;
     if !d.is_empty() {
         let lo = d[0].min(0.0);
         let hi = d[((d.len() as f64 * 0.999) as usize).min(d.len() - 1)].max(lo + 1e-3);
-        let x = |v: f64| pad + (v - lo) / (hi - lo) * (w - 2.0 * pad);
-        let y = |q: f64| 30.0 + h - pad - q * (h - 2.0 * pad);
-        let mut pts = String::new();
-        let step = (d.len() / 500).max(1);
-        for (i, v) in d.iter().enumerate().step_by(step) {
-            let _ = write!(
-                pts,
-                "{:.1},{:.1} ",
-                x(v.min(hi)),
-                y(i as f64 / d.len() as f64)
-            );
-        }
-        let _ = writeln!(
-            s,
-            "<polyline fill='none' stroke='steelblue' stroke-width='2' points='{pts}'/>"
-        );
-        let _ = writeln!(
-            s,
-            "<text x='{pad}' y='{}'>completion delay vs intended (ms), CDF up to p99.9: {lo:.2} .. {hi:.2} ms</text>",
-            30.0 + h - 15.0
-        );
-        let _ = writeln!(
-            s,
-            "<line x1='{pad}' y1='{}' x2='{}' y2='{}' stroke='black'/>",
-            y(0.0),
-            w - pad,
-            y(0.0)
+        let step = (d.len() / 600).max(1);
+        let pts: Vec<(f64, f64)> = d
+            .iter()
+            .enumerate()
+            .step_by(step)
+            .filter(|(_, v)| **v <= hi)
+            .map(|(i, v)| ((v - lo) / (hi - lo), i as f64 / d.len() as f64))
+            .collect();
+        let xs: Vec<(f64, String)> = (0..=4)
+            .map(|k| {
+                (
+                    k as f64 / 4.0,
+                    format!("{:.2} ms", lo + (hi - lo) * k as f64 / 4.0),
+                )
+            })
+            .collect();
+        let ys: Vec<(f64, String)> = [0.0, 0.5, 0.9, 1.0]
+            .iter()
+            .map(|&q| (q, format!("{q}")))
+            .collect();
+        panel(
+            60.0,
+            "completion time minus intended time (latency, or timeout if expired): CDF up to p99.9",
+            &xs,
+            &ys,
+            &pts,
+            "steelblue",
         );
     }
-    // Panel 2: issue rate over time.
-    let series = &r.rate_series;
+    // Panel 2: issue rate over time, while generating.
+    // Whole windows while the generator ran (the last, partial one would look like a drop).
+    let windows = ((r.num as f64 / r.achieved_rate.max(1.0)) * 10.0).floor() as usize;
+    let series = &r.rate_series[..r.rate_series.len().min(windows.max(1))];
     if !series.is_empty() {
-        let top = series.iter().copied().fold(args.rate, f64::max) * 1.1;
-        let x = |i: usize| pad + i as f64 / series.len().max(2) as f64 * (w - 2.0 * pad);
-        let y = |v: f64| 30.0 + 2.0 * h - pad - v / top * (h - 2.0 * pad);
-        let mut pts = String::new();
-        for (i, v) in series.iter().enumerate() {
-            let _ = write!(pts, "{:.1},{:.1} ", x(i), y(*v));
-        }
-        let _ = writeln!(
-            s,
-            "<polyline fill='none' stroke='darkorange' stroke-width='2' points='{pts}'/>"
-        );
-        let _ = writeln!(
-            s,
-            "<line x1='{pad}' y1='{t:.1}' x2='{}' y2='{t:.1}' stroke='gray' stroke-dasharray='4'/>",
-            w - pad,
-            t = y(args.rate)
-        );
-        let _ = writeln!(
-            s,
-            "<text x='{pad}' y='{}'>issued requests per second (100 ms windows); dashed: target {:.0}</text>",
-            30.0 + 2.0 * h - 15.0,
-            args.rate
+        let top = series.iter().copied().fold(args.rate, f64::max) * 1.15;
+        let n = series.len().max(2) - 1;
+        let pts: Vec<(f64, f64)> = series
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (i as f64 / n as f64, v / top))
+            .collect();
+        let secs = series.len() as f64 / 10.0;
+        let xs: Vec<(f64, String)> = (0..=4)
+            .map(|k| (k as f64 / 4.0, format!("{:.1} s", secs * k as f64 / 4.0)))
+            .collect();
+        let ys: Vec<(f64, String)> = vec![
+            (0.0, "0".into()),
+            (args.rate / top, format!("{:.0}", args.rate)),
+            (1.0, format!("{top:.0}")),
+        ];
+        panel(
+            60.0 + h + 20.0,
+            "issued requests per second (100 ms windows); the target is the middle tick",
+            &xs,
+            &ys,
+            &pts,
+            "darkorange",
         );
     }
     s.push_str("</svg>\n");
