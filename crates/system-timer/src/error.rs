@@ -65,8 +65,8 @@ pub enum BuildError {
     NoExecutorThreads,
     /// A thread could not be spawned.
     Spawn(String),
-    /// Under `--cfg loom`, timers must be built with `.reaper(false)` and `.inline()`: loom cannot
-    /// model real time or blocking threads.
+    /// Under `--cfg loom`, timers must be built with `.reaper(false)`: loom cannot model real
+    /// time or blocking threads (and a loom build always runs tasks inline).
     LoomNeedsManualDriving,
 }
 
@@ -80,7 +80,7 @@ impl fmt::Display for BuildError {
             }
             BuildError::Spawn(e) => write!(f, "could not spawn a timer thread: {e}"),
             BuildError::LoomNeedsManualDriving => {
-                f.write_str("under loom, build timers with .reaper(false) and .inline()")
+                f.write_str("under loom, build timers with .reaper(false)")
             }
         }
     }

@@ -288,9 +288,12 @@ impl<T: TimerTask> Builder<T> {
         if !self.inline && self.executor_threads == 0 {
             return Err(BuildError::NoExecutorThreads);
         }
-        if cfg!(loom) && (self.reaper || !self.inline) {
+        if cfg!(loom) && self.reaper {
             return Err(BuildError::LoomNeedsManualDriving);
         }
+        // Loom cannot model executor threads: a model's timer always runs its tasks inline, on
+        // the thread that calls `advance*`.
+        let inline = self.inline || cfg!(loom);
         let clock: Box<dyn Clock> = self.clock.unwrap_or_else(|| Box::new(SystemClock::new()));
         let start = clock.now_ns();
         let wheel = match self.shards {
@@ -298,7 +301,7 @@ impl<T: TimerTask> Builder<T> {
             None => ConcurrentWheel::new(tick_ns, self.wheel_size, start)?,
         };
         #[cfg(not(loom))]
-        let (dispatch, receiver) = if self.inline {
+        let (dispatch, receiver) = if inline {
             (Dispatch::Inline(Vec::new()), None)
         } else {
             let (tx, rx) = crossbeam_channel::unbounded();
@@ -310,12 +313,8 @@ impl<T: TimerTask> Builder<T> {
             wheel,
             clock,
             tick_ns,
-            inline: self.inline,
-            executors: if self.inline {
-                0
-            } else {
-                self.executor_threads
-            },
+            inline,
+            executors: if inline { 0 } else { self.executor_threads },
             dispatch: Mutex::new(dispatch),
             cap: self.max_pending.map(|max| {
                 Arc::new(Cap {

@@ -505,3 +505,53 @@ fn zero_delay_add_races_advance() {
         },
     );
 }
+
+/// LOOM.md §8's skeleton, verbatim against the real API (only `.reaper(false)`: a loom build
+/// runs tasks inline by itself): a user cancels while the reaper flushes the overflow bucket
+/// (re-adding the entry one level down) and then reaches the entry's deadline.
+#[test]
+fn loom_md_skeleton_cancel_races_overflow_flush_and_expiry() {
+    use loom::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+
+    loom::model(|| {
+        let clock = ManualClock::new(0);
+        let timer = Arc::new(
+            SystemTimer::builder()
+                .tick(Duration::from_millis(1))
+                .wheel_size(4) // level 0 spans 4 ms: a 6 ms task starts in the overflow wheel
+                .clock(clock.clone())
+                .reaper(false) // the model drives time itself
+                .build(),
+        );
+        let runs = Arc::new(AtomicUsize::new(0));
+        let handle = {
+            let runs = runs.clone();
+            let task = move || {
+                runs.fetch_add(1, SeqCst);
+            };
+            timer.add(Duration::from_millis(6), task).unwrap()
+        };
+
+        let reaper = {
+            let (timer, clock) = (timer.clone(), clock.clone());
+            thread::spawn(move || {
+                clock.advance(Duration::from_millis(4));
+                let a = timer.advance_to(clock.now_ms()); // flush overflow bucket, re-add at level 0
+                clock.advance(Duration::from_millis(4));
+                a + timer.advance_to(clock.now_ms()) // deadline passed: run, or skip if cancelled
+            })
+        };
+        let cancelled = handle.cancel();
+        let fired = reaper.join().unwrap();
+
+        let ran = runs.load(SeqCst);
+        assert_eq!(
+            cancelled as usize + ran,
+            1,
+            "exactly one of cancel / run wins"
+        );
+        assert_eq!(fired, ran);
+        assert_eq!(timer.len(), 0, "no entry left in any bucket");
+        timer.check_invariants();
+    });
+}
