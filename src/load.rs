@@ -371,7 +371,6 @@ pub fn run_once(args: &Args) -> Report {
         let purgatory = Arc::clone(&purgatory);
         let model = args.model;
         let keys_all = Arc::clone(&keys);
-        let fixed = fixed_keys.clone();
         let k = args.keys;
         let tick_ns = args.completer_tick_us * 1_000;
         let (mut handles, mut lags) = (completer_handles, completer_lags);
@@ -411,7 +410,6 @@ pub fn run_once(args: &Args) -> Report {
                             shared.attempted_ns[id as usize].store(end, Relaxed);
                         }
                     }
-                    let _ = &fixed;
                     // Take what the generator sent (non-blocking), then sleep until the next
                     // request is due, but at least one completer tick: waking per request (every
                     // ~10 µs at 100k/s) would cost more CPU than the purgatory itself.
