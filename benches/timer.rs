@@ -4,10 +4,12 @@
 #![allow(missing_docs, clippy::disallowed_methods)]
 
 use std::hint::black_box;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use kafka_timer::churn::{ChurnTarget, DelayQueueTarget, TimerTarget, TypedTimerTarget};
+use kafka_timer::churn::{
+    time_chunked, ChurnTarget, DelayQueueTarget, Phase, TimerTarget, TypedTimerTarget,
+};
 use kafka_timer::rng::SplitMix64;
 
 const PENDING: usize = 100_000;
@@ -19,58 +21,32 @@ fn prefill<C: ChurnTarget>(t: &mut C, rng: &mut SplitMix64) -> Vec<C::Handle> {
         .collect()
 }
 
-fn add<C: ChurnTarget>(c: &mut Criterion, name: &str, make: fn() -> C) {
-    let mut g = c.benchmark_group("timer-add");
+/// `timer-add` or `timer-cancel`: one timed operation, in chunks that add then cancel (see
+/// [`time_chunked`]), with about 10^5 tasks pending.
+fn churn<C: ChurnTarget>(c: &mut Criterion, phase: Phase, name: &str, make: fn() -> C) {
+    let group = if phase == Phase::Add {
+        "timer-add"
+    } else {
+        "timer-cancel"
+    };
+    let mut g = c.benchmark_group(group);
     g.throughput(Throughput::Elements(1));
     g.bench_function(name, |b| {
         let mut rng = SplitMix64::new(42);
         let mut t = make();
         let _keep = prefill(&mut t, &mut rng);
+        let mut state = (t, rng);
         b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            let mut left = iters;
-            while left > 0 {
-                let chunk = left.min(CHUNK);
-                let mut hs = Vec::with_capacity(chunk as usize);
-                let t0 = Instant::now();
-                for i in 0..chunk {
-                    hs.push(t.add(1 + rng.next() % 30_000, i));
-                }
-                total += t0.elapsed();
-                for h in &hs {
-                    t.cancel(h);
-                }
-                left -= chunk;
-            }
-            total
-        });
-    });
-    g.finish();
-}
-
-fn cancel<C: ChurnTarget>(c: &mut Criterion, name: &str, make: fn() -> C) {
-    let mut g = c.benchmark_group("timer-cancel");
-    g.throughput(Throughput::Elements(1));
-    g.bench_function(name, |b| {
-        let mut rng = SplitMix64::new(42);
-        let mut t = make();
-        let _keep = prefill(&mut t, &mut rng);
-        b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            let mut left = iters;
-            while left > 0 {
-                let chunk = left.min(CHUNK);
-                let hs: Vec<_> = (0..chunk)
-                    .map(|i| t.add(1 + rng.next() % 30_000, i))
-                    .collect();
-                let t0 = Instant::now();
-                for h in &hs {
+            time_chunked(
+                &mut state,
+                iters,
+                CHUNK,
+                phase,
+                |(t, rng), i| t.add(1 + rng.next() % 30_000, i),
+                |(t, _), h| {
                     black_box(t.cancel(h));
-                }
-                total += t0.elapsed();
-                left -= chunk;
-            }
-            total
+                },
+            )
         });
     });
     g.finish();
@@ -94,12 +70,11 @@ fn add_then_cancel<C: ChurnTarget>(c: &mut Criterion, name: &str, make: fn() -> 
 }
 
 fn timers(c: &mut Criterion) {
-    add(c, "system-timer", TimerTarget::new);
-    add(c, "system-timer-typed", TypedTimerTarget::new);
-    add(c, "delay-queue", DelayQueueTarget::new);
-    cancel(c, "system-timer", TimerTarget::new);
-    cancel(c, "system-timer-typed", TypedTimerTarget::new);
-    cancel(c, "delay-queue", DelayQueueTarget::new);
+    for phase in [Phase::Add, Phase::Cancel] {
+        churn(c, phase, "system-timer", TimerTarget::new);
+        churn(c, phase, "system-timer-typed", TypedTimerTarget::new);
+        churn(c, phase, "delay-queue", DelayQueueTarget::new);
+    }
     add_then_cancel(c, "system-timer", TimerTarget::new);
     add_then_cancel(c, "system-timer-typed", TypedTimerTarget::new);
     add_then_cancel(c, "delay-queue", DelayQueueTarget::new);

@@ -15,6 +15,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use kafka_timer::churn::{time_chunked, Phase};
 use kafka_timer::rng::SplitMix64;
 use timing_wheel::{ConcurrentWheel, EntryKey, TimingWheel};
 
@@ -105,67 +106,30 @@ fn filled<P: Pending>(mut p: P, n: usize, rng: &mut SplitMix64) -> (P, Vec<P::Ke
     (p, keys)
 }
 
-fn bench_add<P: Pending>(c: &mut Criterion, group: &str, name: &str, make: fn() -> P) {
+/// `add/N` or `cancel/N`: one timed operation, in chunks that add then cancel (see
+/// [`time_chunked`]), on a structure holding about N pending entries.
+fn bench_churn<P: Pending>(c: &mut Criterion, phase: Phase, name: &str, make: fn() -> P) {
+    let group = if phase == Phase::Add { "add" } else { "cancel" };
     let mut g = c.benchmark_group(group);
     for n in SIZES {
         g.throughput(Throughput::Elements(1));
         g.bench_with_input(BenchmarkId::new(name, n), &n, |b, &n| {
             let mut rng = SplitMix64::new(42);
-            let (mut p, _keys) = filled(make(), n, &mut rng);
+            let (p, _keys) = filled(make(), n, &mut rng);
             let r = range(n);
-            let mut next_id = n as u64;
+            let mut state = (p, rng, n as u64);
             b.iter_custom(|iters| {
-                let mut total = Duration::ZERO;
-                let mut left = iters;
-                while left > 0 {
-                    let chunk = left.min((n / 10).max(1) as u64);
-                    let mut keys = Vec::with_capacity(chunk as usize);
-                    let t0 = Instant::now();
-                    for _ in 0..chunk {
-                        keys.push(p.add(1 + rng.next() % r, next_id));
-                        next_id += 1;
-                    }
-                    total += t0.elapsed();
-                    for k in &keys {
-                        p.cancel(k);
-                    }
-                    left -= chunk;
-                }
-                total
-            });
-        });
-    }
-    g.finish();
-}
-
-fn bench_cancel<P: Pending>(c: &mut Criterion, group: &str, name: &str, make: fn() -> P) {
-    let mut g = c.benchmark_group(group);
-    for n in SIZES {
-        g.throughput(Throughput::Elements(1));
-        g.bench_with_input(BenchmarkId::new(name, n), &n, |b, &n| {
-            let mut rng = SplitMix64::new(42);
-            let (mut p, _keys) = filled(make(), n, &mut rng);
-            let r = range(n);
-            let mut next_id = n as u64;
-            b.iter_custom(|iters| {
-                let mut total = Duration::ZERO;
-                let mut left = iters;
-                while left > 0 {
-                    let chunk = left.min((n / 10).max(1) as u64);
-                    let keys: Vec<_> = (0..chunk)
-                        .map(|_| {
-                            next_id += 1;
-                            p.add(1 + rng.next() % r, next_id)
-                        })
-                        .collect();
-                    let t0 = Instant::now();
-                    for k in &keys {
-                        p.cancel(k);
-                    }
-                    total += t0.elapsed();
-                    left -= chunk;
-                }
-                total
+                time_chunked(
+                    &mut state,
+                    iters,
+                    (n / 10).max(1) as u64,
+                    phase,
+                    |(p, rng, next_id), _| {
+                        *next_id += 1;
+                        p.add(1 + rng.next() % r, *next_id)
+                    },
+                    |(p, _, _), k| p.cancel(k),
+                )
             });
         });
     }
@@ -203,12 +167,11 @@ fn bench_advance<P: Pending>(c: &mut Criterion, group: &str, name: &str, make: f
 fn wheel_vs_heap(c: &mut Criterion) {
     let wheel = || TimingWheel::<u64>::new(1, 20, 0).expect("config");
     let concurrent = || ConcurrentWheel::<u64>::new(1, 20, 0).expect("config");
-    bench_add(c, "add", "timing-wheel", wheel);
-    bench_add(c, "add", "concurrent-wheel", concurrent);
-    bench_add(c, "add", "binary-heap", LazyHeap::default);
-    bench_cancel(c, "cancel", "timing-wheel", wheel);
-    bench_cancel(c, "cancel", "concurrent-wheel", concurrent);
-    bench_cancel(c, "cancel", "binary-heap", LazyHeap::default);
+    for phase in [Phase::Add, Phase::Cancel] {
+        bench_churn(c, phase, "timing-wheel", wheel);
+        bench_churn(c, phase, "concurrent-wheel", concurrent);
+        bench_churn(c, phase, "binary-heap", LazyHeap::default);
+    }
     bench_advance(c, "advance-1ms-step", "timing-wheel", wheel);
     bench_advance(c, "advance-1ms-step", "concurrent-wheel", concurrent);
     bench_advance(c, "advance-1ms-step", "binary-heap", LazyHeap::default);

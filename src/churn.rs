@@ -82,6 +82,47 @@ impl ChurnFigures {
     }
 }
 
+/// Which phase [`time_chunked`] times.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Time the adds (the cancels that undo them are untimed).
+    Add,
+    /// Time the cancels (the adds that feed them are untimed).
+    Cancel,
+}
+
+/// For benches: performs `iters` operations on `state` in chunks of at most `chunk`, each chunk
+/// adding then cancelling what it added (so the structure's size stays put however many
+/// iterations criterion asks for), and returns the time spent in the `timed` phase only.
+pub fn time_chunked<S, K>(
+    state: &mut S,
+    iters: u64,
+    chunk: u64,
+    timed: Phase,
+    mut add: impl FnMut(&mut S, u64) -> K,
+    mut cancel: impl FnMut(&mut S, &K),
+) -> Duration {
+    let mut total = Duration::ZERO;
+    let mut left = iters;
+    while left > 0 {
+        let n = left.min(chunk.max(1));
+        let t0 = Instant::now();
+        let keys: Vec<K> = (0..n).map(|i| add(state, i)).collect();
+        if timed == Phase::Add {
+            total += t0.elapsed();
+        }
+        let t1 = Instant::now();
+        for k in &keys {
+            cancel(state, k);
+        }
+        if timed == Phase::Cancel {
+            total += t1.elapsed();
+        }
+        left -= n;
+    }
+    total
+}
+
 /// The delays of W1/W5: `1 + (rand_i % range_ms)`.
 pub fn delays(n: usize, range_ms: u64) -> Vec<u64> {
     let mut rng = SplitMix64::new(42);

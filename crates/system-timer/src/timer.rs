@@ -506,11 +506,11 @@ impl<T: TimerTask> SystemTimer<T> {
     /// A snapshot of the counters.
     pub fn stats(&self) -> TimerStats {
         let inner = &self.inner;
-        let w = inner.wheel.counts();
         let s = &inner.stats;
-        let (queued_buckets, levels) = {
+        // One pass under the wheel's locks (not a second round of per-shard locks for counts).
+        let (w, queued_buckets, levels) = {
             let g = inner.wheel.lock();
-            (g.queued_buckets(), g.levels())
+            (g.counts(), g.queued_buckets(), g.levels())
         };
         TimerStats {
             scheduled: w.added + s.immediate.load(Ordering::Relaxed),
