@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use kafka_timer::churn::{
-    time_chunked, ChurnTarget, DelayQueueTarget, Phase, TimerTarget, TypedTimerTarget,
+    time_chunked, ChurnTarget, DelayQueueTarget, KeyedTimerTarget, Phase, TimerTarget,
+    TypedTimerTarget,
 };
 use kafka_timer::rng::SplitMix64;
 
@@ -73,10 +74,12 @@ fn timers(c: &mut Criterion) {
     for phase in [Phase::Add, Phase::Cancel] {
         churn(c, phase, "system-timer", TimerTarget::new);
         churn(c, phase, "system-timer-typed", TypedTimerTarget::new);
+        churn(c, phase, "system-timer-keyed", KeyedTimerTarget::new);
         churn(c, phase, "delay-queue", DelayQueueTarget::new);
     }
     add_then_cancel(c, "system-timer", TimerTarget::new);
     add_then_cancel(c, "system-timer-typed", TypedTimerTarget::new);
+    add_then_cancel(c, "system-timer-keyed", KeyedTimerTarget::new);
     add_then_cancel(c, "delay-queue", DelayQueueTarget::new);
 }
 

@@ -52,6 +52,7 @@ pub const IMPLS: &[&str] = &[
     "concurrent-wheel",
     "system-timer",
     "system-timer-typed",
+    "system-timer-keyed",
     "delay-queue",
     "binary-heap",
 ];
@@ -373,6 +374,42 @@ impl<T: FromId> ChurnTarget for SystemTimerTarget<T> {
     }
 }
 
+/// `system-timer-keyed`: the typed timer through its key API ([`system_timer::TimerKey`]: no
+/// reference count per task, nothing to drop), the counterpart of `DelayQueue`'s keys.
+#[derive(Debug)]
+pub struct KeyedTimerTarget(pub system_timer::SystemTimer<IdTask>);
+
+impl KeyedTimerTarget {
+    /// Kafka's configuration.
+    pub fn new() -> Self {
+        KeyedTimerTarget(system_timer::Builder::new().build())
+    }
+}
+
+impl Default for KeyedTimerTarget {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ChurnTarget for KeyedTimerTarget {
+    type Handle = system_timer::TimerKey;
+    const EXACT: bool = false;
+    #[inline]
+    fn add(&mut self, delay_ms: u64, id: u64) -> Self::Handle {
+        self.0
+            .add_keyed(Duration::from_millis(delay_ms), IdTask(id))
+            .expect("timer running")
+    }
+    #[inline]
+    fn cancel(&mut self, h: &Self::Handle) -> bool {
+        self.0.cancel(*h)
+    }
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
 /// tokio-util's `DelayQueue<u64>` (insert with a timeout, remove by key), inside a current-thread
 /// tokio runtime context (its timer needs one). The peer BENCHMARKS.md measures.
 #[derive(Debug)]
@@ -449,6 +486,7 @@ pub fn rss_probe(name: &str, n: usize, range_ms: u64) -> u64 {
         "binary-heap" => fill(HeapTarget::default(), n, range_ms),
         "system-timer" => fill(TimerTarget::new(), n, range_ms),
         "system-timer-typed" => fill(TypedTimerTarget::new(), n, range_ms),
+        "system-timer-keyed" => fill(KeyedTimerTarget::new(), n, range_ms),
         "delay-queue" => fill(DelayQueueTarget::new(), n, range_ms),
         other => panic!("unknown implementation {other}"),
     }

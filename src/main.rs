@@ -5,8 +5,8 @@ use std::process::{Command, ExitCode};
 
 use clap::{Parser, Subcommand};
 use kafka_timer::churn::{
-    self, ChurnFigures, ConcurrentWheelTarget, DelayQueueTarget, HeapTarget, TimerTarget,
-    TypedTimerTarget, WheelTarget,
+    self, ChurnFigures, ConcurrentWheelTarget, DelayQueueTarget, HeapTarget, KeyedTimerTarget,
+    TimerTarget, TypedTimerTarget, WheelTarget,
 };
 use kafka_timer::measure::machine_line;
 
@@ -118,6 +118,7 @@ fn measure(name: &str, runs: usize, warm: bool, delays: &[u64]) -> ChurnFigures 
         "binary-heap" => churn::run_median(runs, delays, warm, HeapTarget::default),
         "system-timer" => churn::run_median(runs, delays, warm, TimerTarget::new),
         "system-timer-typed" => churn::run_median(runs, delays, warm, TypedTimerTarget::new),
+        "system-timer-keyed" => churn::run_median(runs, delays, warm, KeyedTimerTarget::new),
         "delay-queue" => churn::run_median(runs, delays, warm, DelayQueueTarget::new),
         other => {
             eprintln!("unknown implementation {other}; known: {:?}", churn::IMPLS);

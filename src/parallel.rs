@@ -16,8 +16,8 @@ use std::sync::{Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::churn::{
-    self, ChurnFigures, ChurnTarget, ConcurrentWheelTarget, DelayQueueTarget, HeapTarget, IdTask,
-    TimerTarget, TypedTimerTarget,
+    self, ChurnFigures, ChurnTarget, ConcurrentWheelTarget, DelayQueueTarget, FromId, HeapTarget,
+    IdTask, KeyedTimerTarget, TimerTarget, TypedTimerTarget,
 };
 use crate::measure::{live_threads_cpu_ns, machine_line, median};
 
@@ -25,6 +25,7 @@ use crate::measure::{live_threads_cpu_ns, machine_line, median};
 pub const IMPLS: &[&str] = &[
     "system-timer",
     "system-timer-typed",
+    "system-timer-keyed",
     "concurrent-wheel",
     "delay-queue",
     "binary-heap",
@@ -80,26 +81,6 @@ pub trait SharedTarget: Sync {
     }
 }
 
-/// A system-timer task made from a task id: what W1 and W1x2 schedule.
-pub trait FromId: system_timer::TimerTask {
-    /// The task for id `id`.
-    fn from_id(id: u64) -> Self;
-}
-
-impl FromId for system_timer::Task {
-    fn from_id(id: u64) -> Self {
-        system_timer::Task::new(move || {
-            std::hint::black_box(id);
-        })
-    }
-}
-
-impl FromId for IdTask {
-    fn from_id(id: u64) -> Self {
-        IdTask(id)
-    }
-}
-
 impl<T: FromId> SharedTarget for system_timer::SystemTimer<T> {
     type Handle = system_timer::TimerHandle<T>;
     const EXACT: bool = false;
@@ -114,6 +95,24 @@ impl<T: FromId> SharedTarget for system_timer::SystemTimer<T> {
     }
     fn len(&self) -> usize {
         system_timer::SystemTimer::len(self)
+    }
+}
+
+impl SharedTarget for KeyedTimerTarget {
+    type Handle = system_timer::TimerKey;
+    const EXACT: bool = false;
+    #[inline]
+    fn add(&self, delay_ms: u64, id: u64) -> Self::Handle {
+        self.0
+            .add_keyed(Duration::from_millis(delay_ms), IdTask(id))
+            .expect("timer running")
+    }
+    #[inline]
+    fn cancel(&self, h: &Self::Handle) -> bool {
+        self.0.cancel(*h)
+    }
+    fn len(&self) -> usize {
+        self.0.len()
     }
 }
 
@@ -322,6 +321,9 @@ pub fn run(args: &Args) -> ExitCode {
             "system-timer-typed" => measure(runs, d, s, TypedTimerTarget::new, || {
                 system_timer::Builder::<IdTask>::new().build()
             }),
+            "system-timer-keyed" => {
+                measure(runs, d, s, KeyedTimerTarget::new, KeyedTimerTarget::new)
+            }
             "concurrent-wheel" => measure(
                 runs,
                 d,

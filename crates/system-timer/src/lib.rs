@@ -58,7 +58,7 @@ mod timer;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{BuildError, ScheduleError};
-pub use handle::TimerHandle;
+pub use handle::{TimerHandle, TimerKey};
 pub use stats::{Lateness, TimerStats};
 pub use task::{Task, TimerTask};
 pub use timer::{Builder, SystemTimer};

@@ -36,11 +36,11 @@ use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
-use timing_wheel::{AddError, ConcurrentWheel};
+use timing_wheel::{AddError, Added, ConcurrentWheel, WheelKey};
 
 use crate::clock::{Clock, SystemClock};
 use crate::error::{BuildError, ScheduleError};
-use crate::handle::TimerHandle;
+use crate::handle::{TimerHandle, TimerKey};
 use crate::stats::{Counters, TimerStats};
 use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use crate::sync::{Arc, Mutex};
@@ -75,6 +75,8 @@ pub(crate) struct Cap {
 /// Everything the timer's threads share.
 pub(crate) struct Inner<T> {
     pub(crate) wheel: ConcurrentWheel<T>,
+    /// This timer's id, carried by its [`TimerKey`]s.
+    pub(crate) id: u32,
     pub(crate) clock: Box<dyn Clock>,
     pub(crate) tick_ns: u64,
     pub(crate) inline: bool,
@@ -309,8 +311,11 @@ impl<T: TimerTask> Builder<T> {
         };
         #[cfg(loom)]
         let dispatch = Dispatch::Inline(Vec::new());
+        // A plain std atomic: an id source, not a synchronisation point loom needs to see.
+        static NEXT_ID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
         let inner = Arc::new(Inner {
             wheel,
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             clock,
             tick_ns,
             inline,
@@ -420,7 +425,7 @@ impl<T: TimerTask> SystemTimer<T> {
         delay: Duration,
         task: impl Into<T>,
     ) -> Result<TimerHandle<T>, ScheduleError<T>> {
-        let now = self.inner.clock.now_ns();
+        let now = self.inner.clock.deadline_base_ns();
         let deadline = now.saturating_add(crate::clock::duration_ns(delay));
         self.inner.schedule(deadline, task.into())
     }
@@ -449,6 +454,87 @@ impl<T: TimerTask> SystemTimer<T> {
     ) -> Result<TimerHandle<T>, ScheduleError<T>> {
         self.inner
             .schedule(crate::clock::duration_ns(deadline), task.into())
+    }
+
+    /// [`add`](Self::add), returning a [`TimerKey`] instead of a [`TimerHandle`]: the cheapest
+    /// way to schedule (no reference count taken, nothing to drop). Cancel with
+    /// [`cancel`](Self::cancel). A task already due when added is dispatched at once and its key
+    /// matches nothing.
+    ///
+    /// # Errors
+    ///
+    /// As [`add`](Self::add).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use system_timer::SystemTimer;
+    /// let timer = SystemTimer::new();
+    /// let key = timer.add_keyed(Duration::from_secs(30), || unreachable!("renewed"))?;
+    /// assert!(timer.is_pending(key));
+    /// assert!(timer.cancel(key)); // won: the task never runs
+    /// assert!(!timer.cancel(key));
+    /// assert!(!timer.is_pending(key) && timer.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline(always)]
+    pub fn add_keyed(
+        &self,
+        delay: Duration,
+        task: impl Into<T>,
+    ) -> Result<TimerKey, ScheduleError<T>> {
+        let now = self.inner.clock.deadline_base_ns();
+        let deadline = now.saturating_add(crate::clock::duration_ns(delay));
+        self.inner.schedule_keyed(deadline, task.into())
+    }
+
+    /// [`add_at`](Self::add_at), returning a [`TimerKey`] (see [`add_keyed`](Self::add_keyed)).
+    ///
+    /// # Errors
+    ///
+    /// As [`add`](Self::add).
+    #[inline]
+    pub fn add_at_keyed(
+        &self,
+        deadline: Duration,
+        task: impl Into<T>,
+    ) -> Result<TimerKey, ScheduleError<T>> {
+        self.inner
+            .schedule_keyed(crate::clock::duration_ns(deadline), task.into())
+    }
+
+    /// Cancels the task `key` names: O(1), from any thread. Returns true if this call won: the
+    /// task was pending, is removed at once (its memory released, dropped on this thread after
+    /// the timer's lock is released) and will never run. False if it already started or was
+    /// dispatched, was cancelled before, was handed back by a shutdown, or the key is another
+    /// timer's.
+    #[inline(always)]
+    pub fn cancel(&self, key: TimerKey) -> bool {
+        if key.timer != self.inner.id {
+            return false;
+        }
+        match self.inner.wheel.cancel(key.key) {
+            Some(task) => {
+                drop(task);
+                if let Some(cap) = &self.inner.cap {
+                    cap.used.fetch_sub(1, Ordering::AcqRel);
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// True while the task `key` names waits in this timer for its deadline.
+    pub fn is_pending(&self, key: TimerKey) -> bool {
+        key.timer == self.inner.id && self.inner.wheel.is_pending(key.key)
+    }
+
+    /// The deadline of the task `key` names (time since the clock's epoch), while it is pending.
+    pub fn deadline(&self, key: TimerKey) -> Option<Duration> {
+        if key.timer != self.inner.id {
+            return None;
+        }
+        self.inner.wheel.deadline(key.key).map(Duration::from_nanos)
     }
 
     /// The clock's reading, as a duration since its epoch.
@@ -638,23 +724,49 @@ impl<T: TimerTask> Inner<T> {
         deadline_ns: u64,
         task: T,
     ) -> Result<TimerHandle<T>, ScheduleError<T>> {
+        Ok(
+            match self.schedule_with(deadline_ns, task, ConcurrentWheel::add)? {
+                Some(entry) => TimerHandle::new(Some(entry), deadline_ns, self.cap.clone()),
+                None => TimerHandle::new(None, deadline_ns, None),
+            },
+        )
+    }
+
+    #[inline(always)]
+    pub(crate) fn schedule_keyed(
+        &self,
+        deadline_ns: u64,
+        task: T,
+    ) -> Result<TimerKey, ScheduleError<T>> {
+        let key = self.schedule_with(deadline_ns, task, ConcurrentWheel::add_keyed)?;
+        Ok(TimerKey {
+            key: key.unwrap_or(WheelKey::NONE),
+            timer: self.id,
+        })
+    }
+
+    /// Schedules through `add` (the wheel's handle- or key-returning add). `None`: the task was
+    /// already due and has been dispatched.
+    #[inline(always)]
+    fn schedule_with<H>(
+        &self,
+        deadline_ns: u64,
+        task: T,
+        add: impl FnOnce(&ConcurrentWheel<T>, u64, T) -> Result<Added<H>, AddError<T>>,
+    ) -> Result<Option<H>, ScheduleError<T>> {
         if let Some(cap) = &self.cap {
             if cap.used.fetch_add(1, Ordering::AcqRel) >= cap.max {
                 cap.used.fetch_sub(1, Ordering::AcqRel);
                 return Err(ScheduleError::Full(task));
             }
         }
-        match self.wheel.add(deadline_ns, task) {
+        match add(&self.wheel, deadline_ns, task) {
             Ok(added) => {
                 #[cfg(not(loom))]
                 if added.earliest {
                     self.parker.unpark();
                 }
-                Ok(TimerHandle::new(
-                    Some(added.handle),
-                    deadline_ns,
-                    self.cap.clone(),
-                ))
+                Ok(Some(added.handle))
             }
             Err(e) => {
                 if let Some(cap) = &self.cap {
@@ -664,7 +776,7 @@ impl<T: TimerTask> Inner<T> {
                     AddError::Closed(task) => Err(ScheduleError::Shutdown(task)),
                     AddError::Expired(task) => {
                         self.dispatch_now(Job { task, deadline_ns })?;
-                        Ok(TimerHandle::new(None, deadline_ns, None))
+                        Ok(None)
                     }
                 }
             }

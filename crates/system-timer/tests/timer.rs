@@ -532,3 +532,115 @@ fn wait_until(cond: impl Fn() -> bool) {
         std::thread::sleep(Duration::from_millis(1));
     }
 }
+
+/// The key API: a key cancels its pending task exactly once (true, the task never runs, the
+/// memory and the cap slot are given back); after the task ran, or was handed back, a cancel
+/// through the key loses; a key of another timer, or of a task already due when added, matches
+/// nothing; `is_pending` and `deadline` follow the task.
+#[test]
+fn keys_cancel_exactly_once_and_match_only_their_task() {
+    let clock = ManualClock::new(0);
+    let timer = SystemTimer::builder()
+        .clock(clock.clone())
+        .reaper(false)
+        .inline()
+        .max_pending(2)
+        .build();
+    let other = manual(&clock, 20);
+    let log = Log::default();
+    let a = timer.add_keyed(5 * MS, log.task(&clock, 1)).unwrap();
+    let b = timer.add_keyed(7 * MS, log.task(&clock, 2)).unwrap();
+    assert!(timer.is_pending(a) && timer.is_pending(b));
+    assert_eq!(timer.deadline(a), Some(5 * MS));
+    // The cap counts keyed tasks.
+    assert!(matches!(
+        timer.add_keyed(MS, log.task(&clock, 3)),
+        Err(ScheduleError::Full(_))
+    ));
+    // Another timer's key space is separate, even where indices coincide.
+    let o = other.add_keyed(5 * MS, log.task(&clock, 4)).unwrap();
+    assert!(!timer.cancel(o) && !timer.is_pending(o) && timer.deadline(o).is_none());
+    assert!(other.is_pending(o));
+    // Cancel wins once, and gives the cap slot back.
+    assert!(timer.cancel(a));
+    assert!(!timer.cancel(a));
+    assert!(!timer.is_pending(a) && timer.deadline(a).is_none());
+    assert_eq!(timer.len(), 1);
+    let c = timer.add_keyed(9 * MS, log.task(&clock, 5)).unwrap();
+    // After firing, the key loses.
+    clock.advance(7 * MS);
+    assert_eq!(timer.advance(), 1);
+    assert_eq!(log.runs(2), vec![7_000_000]);
+    assert!(!timer.cancel(b) && !timer.is_pending(b));
+    // A task already due when added runs at the next advance; its key matches nothing.
+    let d = timer
+        .add_keyed(Duration::ZERO, log.task(&clock, 6))
+        .unwrap();
+    assert!(!timer.is_pending(d) && !timer.cancel(d));
+    assert_eq!(timer.advance(), 1);
+    assert_eq!(log.runs(6).len(), 1);
+    // Shutdown hands back the keyed task still pending; its key then loses.
+    let left = timer.shutdown();
+    assert_eq!(left.len(), 1);
+    assert!(!timer.cancel(c) && !timer.is_pending(c));
+    assert!(log.runs(1).is_empty() && log.runs(5).is_empty());
+    assert_eq!(log.total(), 2);
+    let st = timer.stats();
+    assert_eq!(
+        (
+            st.scheduled,
+            st.fired,
+            st.cancelled,
+            st.handed_back,
+            st.pending
+        ),
+        (4, 2, 1, 1, 0)
+    );
+}
+
+/// Many threads cancelling by key while the timer fires on another: for each task exactly one
+/// of "it ran" or "a cancel returned true", and the counters reconcile.
+#[test]
+fn keyed_cancels_racing_fires_have_one_outcome_each() {
+    const N: u64 = 4_000;
+    let clock = ManualClock::new(0);
+    let timer = Arc::new(manual(&clock, 8));
+    let ran: Arc<Vec<AtomicUsize>> = Arc::new((0..N).map(|_| AtomicUsize::new(0)).collect());
+    let keys: Vec<_> = (0..N)
+        .map(|i| {
+            let ran = ran.clone();
+            timer
+                .add_keyed(Duration::from_millis(1 + i % 200), move || {
+                    ran[i as usize].fetch_add(1, SeqCst);
+                })
+                .unwrap()
+        })
+        .collect();
+    let keys = Arc::new(keys);
+    let won: Arc<Vec<AtomicUsize>> = Arc::new((0..N).map(|_| AtomicUsize::new(0)).collect());
+    let cancellers: Vec<_> = (0..3)
+        .map(|t| {
+            let (timer, keys, won) = (timer.clone(), keys.clone(), won.clone());
+            std::thread::spawn(move || {
+                for i in (t..N as usize).step_by(3) {
+                    if timer.cancel(keys[i]) {
+                        won[i].fetch_add(1, SeqCst);
+                    }
+                }
+            })
+        })
+        .collect();
+    for _ in 0..250 {
+        clock.advance(MS);
+        timer.advance();
+    }
+    for c in cancellers {
+        c.join().unwrap();
+    }
+    for i in 0..N as usize {
+        let (r, w) = (ran[i].load(SeqCst), won[i].load(SeqCst));
+        assert_eq!(r + w, 1, "task {i}: ran {r} times, cancel won {w} times");
+    }
+    timer.check_invariants();
+    assert!(timer.is_empty());
+}

@@ -112,17 +112,45 @@ pub struct EntryHandle<T> {
 /// Marks a handle whose cancel won (see [`EntryHandle`]).
 const CANCELLED_BIT: u32 = 0b10;
 
-/// The result of a successful [`ConcurrentWheel::add`].
+/// The result of a successful [`ConcurrentWheel::add`] (`H` = [`EntryHandle`]) or
+/// [`ConcurrentWheel::add_keyed`] (`H` = [`WheelKey`]).
 #[derive(Debug)]
-pub struct Added<T> {
-    /// The entry's handle.
-    pub handle: EntryHandle<T>,
+pub struct Added<H> {
+    /// The entry's handle or key.
+    pub handle: H,
     /// The bucket this add queued, if its expiration changed (Kafka's `setExpiration` returning
     /// true). `None` when the bucket was already queued under this expiration.
     pub queued: Option<Bucket>,
     /// True when the queued bucket became the earliest in the queue: whoever waits for the next
     /// expiration must wake up and look again.
     pub earliest: bool,
+}
+
+/// Names one entry of a [`ConcurrentWheel`] (its shard and its [`EntryKey`] there): the
+/// allocation-free, reference-count-free alternative to an [`EntryHandle`]. `Copy`, 12 bytes.
+/// Cancel with [`ConcurrentWheel::cancel`]. A key names one entry of the wheel that issued it and
+/// never a later one; given to another wheel it names nothing useful (the caller keeps keys with
+/// their wheel).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct WheelKey {
+    shard: u32,
+    key: EntryKey,
+}
+
+impl WheelKey {
+    /// A key that names no entry of any wheel (cancelling it returns `None`).
+    pub const NONE: WheelKey = WheelKey {
+        shard: 0,
+        key: EntryKey {
+            index: crate::list::NIL,
+            stamp: 0,
+        },
+    };
+
+    /// The entry's key within its shard (what [`Fired::key`] reports when it fires).
+    pub fn entry_key(&self) -> EntryKey {
+        self.key
+    }
 }
 
 /// Exclusive access to a [`ConcurrentWheel`] (all shard locks and the queue lock), from
@@ -216,7 +244,7 @@ impl<T> ConcurrentWheel<T> {
     /// # Ok::<(), timing_wheel::ConfigError>(())
     /// ```
     #[inline(always)]
-    pub fn add(&self, deadline: u64, value: T) -> Result<Added<T>, AddError<T>> {
+    pub fn add(&self, deadline: u64, value: T) -> Result<Added<EntryHandle<T>>, AddError<T>> {
         self.add_on_shard(thread_hint(), deadline, value)
     }
 
@@ -239,11 +267,61 @@ impl<T> ConcurrentWheel<T> {
         hint: usize,
         deadline: u64,
         value: T,
-    ) -> Result<Added<T>, AddError<T>> {
-        let cell = &self.shards[hint & (self.shards.len() - 1)];
-        let mut shard = cell.shard.lock();
-        let (key, bucket) = shard.add(deadline, value)?;
-        cell.len.store(shard.len(), Ordering::Relaxed);
+    ) -> Result<Added<EntryHandle<T>>, AddError<T>> {
+        let shard = hint & (self.shards.len() - 1);
+        let (key, queued, earliest) = self.add_raw(shard, deadline, value)?;
+        Ok(Added {
+            handle: EntryHandle {
+                cell: Arc::clone(&self.shards[shard]),
+                index: key.index,
+                stamp: AtomicU32::new(key.stamp),
+            },
+            queued,
+            earliest,
+        })
+    }
+
+    /// [`add`](Self::add), returning a [`WheelKey`] instead of a handle: no reference count is
+    /// taken, so this is the cheapest way to schedule. Cancel with [`cancel`](Self::cancel).
+    ///
+    /// # Errors
+    ///
+    /// As [`add`](Self::add).
+    ///
+    /// ```
+    /// let wheel = timing_wheel::ConcurrentWheel::new(1, 20, 0)?;
+    /// let key = wheel.add_keyed(10, "lease").unwrap().handle;
+    /// assert!(wheel.is_pending(key));
+    /// assert_eq!(wheel.cancel(key), Some("lease"));
+    /// assert_eq!(wheel.cancel(key), None);
+    /// # Ok::<(), timing_wheel::ConfigError>(())
+    /// ```
+    #[inline(always)]
+    pub fn add_keyed(&self, deadline: u64, value: T) -> Result<Added<WheelKey>, AddError<T>> {
+        let shard = thread_hint() & (self.shards.len() - 1);
+        let (key, queued, earliest) = self.add_raw(shard, deadline, value)?;
+        Ok(Added {
+            handle: WheelKey {
+                shard: shard as u32,
+                key,
+            },
+            queued,
+            earliest,
+        })
+    }
+
+    /// The add itself, on shard `shard` (an index below `shards()`).
+    #[inline(always)]
+    fn add_raw(
+        &self,
+        shard: usize,
+        deadline: u64,
+        value: T,
+    ) -> Result<(EntryKey, Option<Bucket>, bool), AddError<T>> {
+        let cell = &self.shards[shard];
+        let mut guard = cell.shard.lock();
+        let (key, bucket) = guard.add(deadline, value)?;
+        cell.len.store(guard.len(), Ordering::Relaxed);
         let (queued, earliest) = match bucket {
             Some(b) if mark(&self.markers, self.geo.size as usize, b) => {
                 // Pushed under the shard lock: see the ground rules.
@@ -251,16 +329,44 @@ impl<T> ConcurrentWheel<T> {
             }
             _ => (None, false),
         };
-        drop(shard);
-        Ok(Added {
-            handle: EntryHandle {
-                cell: Arc::clone(cell),
-                index: key.index,
-                stamp: AtomicU32::new(key.stamp),
-            },
-            queued,
-            earliest,
-        })
+        drop(guard);
+        Ok((key, queued, earliest))
+    }
+
+    /// Cancels the entry `key` names: unlinks it at once (O(1), under its shard's lock) and
+    /// returns its value; `None` if the entry is no longer pending (fired, cancelled, handed back)
+    /// or the key is [`WheelKey::NONE`].
+    #[inline(always)]
+    pub fn cancel(&self, key: WheelKey) -> Option<T> {
+        let cell = self.shards.get(key.shard as usize)?;
+        let mut shard = cell.shard.lock();
+        let value = shard.cancel(key.key);
+        if value.is_some() {
+            cell.len.store(shard.len(), Ordering::Relaxed);
+        }
+        value
+    }
+
+    /// True while the entry `key` names is scheduled.
+    pub fn is_pending(&self, key: WheelKey) -> bool {
+        self.shards
+            .get(key.shard as usize)
+            .is_some_and(|c| c.shard.lock().key_state(key.key) == KeyState::Pending)
+    }
+
+    /// True if a close of the wheel took the entry `key` names out before it fired or was
+    /// cancelled.
+    pub fn is_handed_back(&self, key: WheelKey) -> bool {
+        self.shards
+            .get(key.shard as usize)
+            .is_some_and(|c| c.shard.lock().key_state(key.key) == KeyState::HandedBack)
+    }
+
+    /// The deadline of the entry `key` names, while it is pending.
+    pub fn deadline(&self, key: WheelKey) -> Option<u64> {
+        self.shards
+            .get(key.shard as usize)
+            .and_then(|c| c.shard.lock().deadline(key.key))
     }
 
     /// Takes every shard lock (in index order) and the queue lock: exclusive access to advance

@@ -76,7 +76,7 @@ mod sync;
 mod wheel;
 
 pub use bucket::{Bucket, MAX_WHEEL_SIZE};
-pub use concurrent::{Added, ConcurrentWheel, EntryHandle, WheelGuard, MAX_SHARDS};
+pub use concurrent::{Added, ConcurrentWheel, EntryHandle, WheelGuard, WheelKey, MAX_SHARDS};
 pub use error::{AddError, ConfigError};
 pub use list::EntryKey;
 pub use shard::{Fired, WheelCounts};
