@@ -20,7 +20,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, Instant};
 
-use system_timer::SystemTimer;
+use system_timer::{Builder, SystemTimer, Task, TimerTask};
 use tokio_util::time::DelayQueue;
 
 use crate::measure::{live_threads_cpu_ns, machine_line};
@@ -29,6 +29,8 @@ use crate::measure::{live_threads_cpu_ns, machine_line};
 pub const IMPLS: &[&str] = &[
     "system-timer",
     "system-timer-inline",
+    "system-timer-typed",
+    "system-timer-typed-inline",
     "delay-queue",
     "binary-heap-condvar",
 ];
@@ -326,12 +328,28 @@ trait Target {
     fn shutdown(self);
 }
 
-struct TimerRun {
-    timer: SystemTimer,
+/// The timer under W2, scheduling `T`: boxed closures through `add` (the default API), or
+/// [`Fire`] tasks through `add_keyed` (a task type of its own: no box, no handle).
+struct TimerRun<T: TimerTask> {
+    timer: SystemTimer<T>,
     rec: &'static Recorder,
 }
 
-impl Target for TimerRun {
+/// W2's task as a type of its own: what `DelayQueue` stores per entry, too.
+struct Fire {
+    id: u32,
+    due: Instant,
+    rec: &'static Recorder,
+}
+
+impl TimerTask for Fire {
+    #[inline]
+    fn run(self) {
+        self.rec.fire(self.id as usize, self.due);
+    }
+}
+
+impl Target for TimerRun<Task> {
     #[inline]
     fn add(&mut self, id: u32, delay: Duration, due: Instant) {
         let rec = self.rec;
@@ -340,23 +358,45 @@ impl Target for TimerRun {
             .expect("timer running");
     }
     fn note(&self) -> Option<String> {
-        let s = self.timer.stats();
-        let l = s.lateness;
-        Some(format!(
-            "its own stats: lateness (deadline to start) p50 {} p99 {} p99.9 {} max {} ms over {} \
-             tasks, {} reaper wake-ups",
-            ms(l.p50_ns as i64),
-            ms(l.p99_ns as i64),
-            ms(l.p999_ns as i64),
-            ms(l.max_ns as i64),
-            l.count,
-            s.reaper_wakeups
-        ))
+        timer_note(&self.timer)
     }
     fn shutdown(self) {
         let left = self.timer.shutdown();
         assert!(left.is_empty(), "{} tasks handed back", left.len());
     }
+}
+
+impl Target for TimerRun<Fire> {
+    #[inline]
+    fn add(&mut self, id: u32, delay: Duration, due: Instant) {
+        let rec = self.rec;
+        self.timer
+            .add_keyed(delay, Fire { id, due, rec })
+            .expect("timer running");
+    }
+    fn note(&self) -> Option<String> {
+        timer_note(&self.timer)
+    }
+    fn shutdown(self) {
+        let left = self.timer.shutdown();
+        assert!(left.is_empty(), "{} tasks handed back", left.len());
+    }
+}
+
+/// The timer's own view of the run: its lateness histogram and reaper wake-ups.
+fn timer_note<T: TimerTask>(timer: &SystemTimer<T>) -> Option<String> {
+    let s = timer.stats();
+    let l = s.lateness;
+    Some(format!(
+        "its own stats: lateness (deadline to start) p50 {} p99 {} p99.9 {} max {} ms over {} \
+         tasks, {} reaper wake-ups",
+        ms(l.p50_ns as i64),
+        ms(l.p99_ns as i64),
+        ms(l.p999_ns as i64),
+        ms(l.max_ns as i64),
+        l.count,
+        s.reaper_wakeups
+    ))
 }
 
 struct DelayQueueRun {
@@ -450,7 +490,7 @@ pub fn run(args: &Args) -> ExitCode {
     );
     println!("machine: {}", machine_line());
     println!(
-        "{:<20} {:>8} {:>8} {:>9} {:>8} {:>7} {:>8} {:>5} {:>7} {:>9}",
+        "{:<25} {:>8} {:>8} {:>9} {:>8} {:>7} {:>8} {:>5} {:>7} {:>9}",
         "impl",
         "p50 ms",
         "p99 ms",
@@ -478,6 +518,14 @@ pub fn run(args: &Args) -> ExitCode {
                 let timer = SystemTimer::builder().inline().build();
                 measure(TimerRun { timer, rec }, rec, &delays, a)
             }
+            "system-timer-typed" => {
+                let timer = Builder::<Fire>::new().build();
+                measure(TimerRun { timer, rec }, rec, &delays, a)
+            }
+            "system-timer-typed-inline" => {
+                let timer = Builder::<Fire>::new().inline().build();
+                measure(TimerRun { timer, rec }, rec, &delays, a)
+            }
             "delay-queue" => {
                 let rt = current_thread_runtime();
                 let queue = {
@@ -495,7 +543,7 @@ pub fn run(args: &Args) -> ExitCode {
         let p = row.p;
         failed |= p.failed();
         println!(
-            "{:<20} {:>8} {:>8} {:>9} {:>8} {:>7} {:>8} {:>5} {:>7.3} {:>9.1}",
+            "{:<25} {:>8} {:>8} {:>9} {:>8} {:>7} {:>8} {:>5} {:>7.3} {:>9.1}",
             name,
             ms(p.p50_ns),
             ms(p.p99_ns),

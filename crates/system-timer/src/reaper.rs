@@ -17,7 +17,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
-use crossbeam_channel::Receiver;
+use crossbeam_channel::{Receiver, TryRecvError};
 
 use crate::sync::atomic::Ordering;
 use crate::sync::thread::{spawn_named, JoinHandle};
@@ -56,6 +56,40 @@ impl Parker {
     }
 }
 
+/// Where idle executor threads sleep: a counting semaphore. The dispatcher adds a permit after
+/// each batch it sends (and shutdown one per executor after closing the channel); an executor
+/// that finds the channel empty takes a permit or sleeps until there is one. A permit added
+/// between an executor's empty look and its sleep is not lost: the sleep returns at once. (The
+/// channel's own blocking `recv` spins and yields before it sleeps: CPU burnt once per batch,
+/// i.e. once per tick.)
+#[derive(Debug, Default)]
+pub(crate) struct Semaphore {
+    permits: Mutex<usize>,
+    cv: Condvar,
+}
+
+impl Semaphore {
+    /// Takes a permit, sleeping until there is one.
+    pub(crate) fn acquire(&self) {
+        let mut p = self.permits.lock();
+        while *p == 0 {
+            self.cv.wait(&mut p);
+        }
+        *p -= 1;
+    }
+
+    /// Adds `n` permits and wakes as many sleepers.
+    pub(crate) fn release(&self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        *self.permits.lock() += n;
+        for _ in 0..n {
+            self.cv.notify_one();
+        }
+    }
+}
+
 /// The threads of one timer, joined by shutdown.
 #[derive(Default)]
 pub(crate) struct Threads {
@@ -85,8 +119,10 @@ impl Threads {
         }
     }
 
-    /// Joins the executors (shutdown has closed the channel's sender).
-    pub(crate) fn join_executors(&mut self) {
+    /// Wakes and joins the executors (shutdown has closed the channel's sender: each finds it
+    /// disconnected once drained).
+    pub(crate) fn join_executors<T: TimerTask>(&mut self, inner: &Inner<T>) {
+        inner.idle_executors.release(self.executors.len());
         for e in self.executors.drain(..) {
             let _ = e.join();
         }
@@ -142,7 +178,7 @@ fn abort_start<T: TimerTask>(
     inner.stopping.store(true, Ordering::Release);
     *inner.dispatch.lock() = crate::timer::Dispatch::Closed;
     threads.stop_reaper(inner);
-    threads.join_executors();
+    threads.join_executors(inner);
     e
 }
 
@@ -171,7 +207,15 @@ fn has_ready<T: TimerTask>(inner: &Inner<T>) -> bool {
 }
 
 fn executor_loop<T: TimerTask>(inner: &Inner<T>, rx: &Receiver<Vec<Job<T>>>) {
-    while let Ok(batch) = rx.recv() {
+    loop {
+        let batch = match rx.try_recv() {
+            Ok(batch) => batch,
+            Err(TryRecvError::Empty) => {
+                inner.idle_executors.acquire();
+                continue;
+            }
+            Err(TryRecvError::Disconnected) => return,
+        };
         for job in batch {
             if inner.stopping.load(Ordering::Acquire) {
                 inner.stats.returned.fetch_add(1, Ordering::Relaxed);

@@ -93,6 +93,9 @@ pub(crate) struct Inner<T> {
     pub(crate) returned: Mutex<Vec<T>>,
     #[cfg(not(loom))]
     pub(crate) parker: Arc<crate::reaper::Parker>,
+    /// Where idle executors sleep; a permit per batch sent.
+    #[cfg(not(loom))]
+    pub(crate) idle_executors: crate::reaper::Semaphore,
     pub(crate) name: String,
 }
 
@@ -333,6 +336,8 @@ impl<T: TimerTask> Builder<T> {
             returned: Mutex::new(Vec::new()),
             #[cfg(not(loom))]
             parker: Arc::new(crate::reaper::Parker::new()),
+            #[cfg(not(loom))]
+            idle_executors: crate::reaper::Semaphore::default(),
             name: self.name,
         });
         #[cfg(not(loom))]
@@ -655,7 +660,7 @@ impl<T: TimerTask> SystemTimer<T> {
             Dispatch::Closed => {}
         }
         #[cfg(not(loom))]
-        threads.join_executors();
+        threads.join_executors(inner);
         out.append(&mut inner.returned.lock());
         out
     }
@@ -798,6 +803,7 @@ impl<T: TimerTask> Inner<T> {
                     let job = e.into_inner().pop().expect("one job sent");
                     return Err(ScheduleError::Shutdown(job.task));
                 }
+                self.idle_executors.release(1);
                 Ok(())
             }
             Dispatch::Inline(ready) => {
@@ -872,38 +878,41 @@ impl<T: TimerTask> Inner<T> {
     /// Sends jobs to the executor threads, in one batch per executor.
     #[cfg(not(loom))]
     fn send_to_executors(&self, jobs: Vec<Job<T>>) {
-        {
-            let d = self.dispatch.lock();
-            match &*d {
-                Dispatch::Executor(tx) => {
-                    for batch in split(jobs, self.executors) {
-                        if let Err(e) = tx.send(batch) {
-                            // Unreachable while `running` is raised (shutdown waits for it), but
-                            // never lose a task: hand it back.
-                            let batch = e.into_inner();
-                            self.stats
-                                .returned
-                                .fetch_add(batch.len() as u64, Ordering::Relaxed);
-                            self.returned
-                                .lock()
-                                .extend(batch.into_iter().map(|j| j.task));
-                        }
-                    }
-                }
-                _ => {
-                    let n = jobs.len() as u64;
-                    self.stats.returned.fetch_add(n, Ordering::Relaxed);
-                    self.returned
-                        .lock()
-                        .extend(jobs.into_iter().map(|j| j.task));
-                }
+        let sent = match &*self.dispatch.lock() {
+            Dispatch::Executor(tx) => split(jobs, self.executors)
+                .into_iter()
+                .map(|batch| tx.send(batch).map_err(|e| self.hand_back(e.into_inner())))
+                .filter(Result::is_ok)
+                .count(),
+            // Unreachable while `running` is raised (shutdown waits for it), but never lose a
+            // task: hand it back.
+            _ => {
+                self.hand_back(jobs);
+                0
             }
-        }
+        };
+        // One permit per batch, so that as many idle executors wake.
+        self.idle_executors.release(sent);
+    }
+
+    /// Keeps jobs that could not be dispatched for shutdown to return.
+    #[cfg(not(loom))]
+    fn hand_back(&self, jobs: Vec<Job<T>>) {
+        self.stats
+            .returned
+            .fetch_add(jobs.len() as u64, Ordering::Relaxed);
+        self.returned
+            .lock()
+            .extend(jobs.into_iter().map(|j| j.task));
     }
 
     /// Runs one job: records its lateness, catches and counts a panic.
     pub(crate) fn run_job(&self, job: Job<T>) {
-        let late = self.clock.now_ns().saturating_sub(job.deadline_ns);
+        // The cheap reading (at most a few microseconds high): a statistic, not a decision.
+        let late = self
+            .clock
+            .deadline_base_ns()
+            .saturating_sub(job.deadline_ns);
         self.stats.lateness.record(late);
         self.stats.started.fetch_add(1, Ordering::Release);
         let task = job.task;

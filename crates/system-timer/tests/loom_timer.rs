@@ -207,6 +207,54 @@ fn cancel_races_overflow_flush_and_expiry() {
     });
 }
 
+/// R1 + R2 through the key API: a cancel by [`system_timer::TimerKey`] (no handle, no reference
+/// count) races the overflow flush and the expiry of a 6 ms task, as in
+/// `cancel_races_overflow_flush_and_expiry`: exactly one of cancel / run wins.
+#[test]
+fn keyed_cancel_races_overflow_flush_and_expiry() {
+    model(&["cancelled", "ran"], || {
+        let clock = ManualClock::new(0);
+        let log = new_log();
+        let timer = Arc::new(timer(&clock, 4));
+        let key = timer.add_keyed(6 * MS, probe(1, &clock, &log)).unwrap();
+
+        let reaper = {
+            let (timer, clock) = (Arc::clone(&timer), clock.clone());
+            thread::spawn(move || {
+                set_clock(&clock, 4);
+                let a = timer.advance_to(clock.now_ms()); // flush the overflow bucket
+                set_clock(&clock, 8);
+                let b = timer.advance_to(clock.now_ms()); // past the deadline
+                (a, b)
+            })
+        };
+        let cancelled = timer.cancel(key);
+        let (a, b) = reaper.join().unwrap();
+
+        let runs = runs(&log);
+        assert_eq!(
+            usize::from(cancelled) + runs.len(),
+            1,
+            "exactly one of cancel / run wins (cancelled {cancelled}, runs {runs:?})"
+        );
+        assert_eq!((a, a + b), (0, runs.len()), "advance_to counts the runs");
+        for r in &runs {
+            assert_eq!(*r, Run { id: 1, now_ms: 8 });
+        }
+        assert!(
+            !timer.is_pending(key) && !timer.cancel(key),
+            "a late cancel never wins"
+        );
+        assert_eq!(timer.len(), 0);
+        timer.check_invariants();
+        if cancelled {
+            "cancelled"
+        } else {
+            "ran"
+        }
+    });
+}
+
 /// R1 at level 0: a user cancels a 2 ms task while the reaper moves the clock to 2 ms, flushes
 /// the task's bucket and runs it.
 #[test]

@@ -255,6 +255,11 @@ impl<T> Arena<T> {
         self.node(i).next
     }
 
+    #[inline(always)]
+    pub(crate) fn prev(&self, i: u32) -> u32 {
+        self.node(i).prev
+    }
+
     /// Links the unlinked node `i` at the tail of the list headed by `sentinel`.
     #[inline(always)]
     pub(crate) fn link_back(&mut self, sentinel: u32, i: u32) {
@@ -307,6 +312,18 @@ impl<T> Arena<T> {
         self.node_mut(last).next = NIL;
         self.node_mut(first).prev = NIL;
         first
+    }
+
+    /// [`detach`](Self::detach), returning both ends of the chain: `(first, last)`, or `None` for
+    /// an empty list. The chain is doubly linked between them (`first.prev` and `last.next` are
+    /// `NIL`), so it can be walked from both ends at once.
+    #[inline]
+    pub(crate) fn detach_ends(&mut self, sentinel: u32) -> Option<(u32, u32)> {
+        let last = self.node(sentinel).prev;
+        match self.detach(sentinel) {
+            NIL => None,
+            first => Some((first, last)),
+        }
     }
 
     /// True if node `i` is on the list headed by `sentinel` (a walk: tests and debugging only).

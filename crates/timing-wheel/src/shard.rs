@@ -43,6 +43,9 @@ pub(crate) struct Shard<T> {
     never: u32,
     closed: bool,
     counts: WheelCounts,
+    /// Scratch for `flush`: the back half of a detached chain, in reverse (kept for its
+    /// capacity).
+    back_half: Vec<u32>,
 }
 
 /// Running totals of what happened to a wheel's entries. Every entry added ends exactly one way,
@@ -82,6 +85,7 @@ impl<T> Shard<T> {
             heads: Vec::new(),
             closed: false,
             counts: WheelCounts::default(),
+            back_half: Vec::new(),
         }
     }
 
@@ -201,37 +205,72 @@ impl<T> Shard<T> {
             "flush of bucket {b:?} before its time (current {})",
             self.current()
         );
-        let mut cur = self.arena.detach(base + b.slot() as u32);
+        let Some((mut front, mut back)) = self.arena.detach_ends(base + b.slot() as u32) else {
+            return 0;
+        };
+        // The chain is walked from both ends at once: its nodes are scattered over the arena,
+        // and two independent pointer chases keep two cache misses in flight instead of one.
+        // The front half is re-placed as it is reached; the back half is only collected (its
+        // nodes are then in cache) and re-placed afterwards in chain order, so entries leave a
+        // bucket in the order they entered it (FIFO within a tick, as Kafka's bucket lists).
+        let mut back_half = std::mem::take(&mut self.back_half);
         let mut fired = 0;
-        while cur != NIL {
-            let next = self.arena.next(cur);
-            let deadline = self.arena.deadline(cur);
-            match self.windows.place(&self.geo, self.heads.len(), deadline) {
-                Place::Expired => {
-                    // The key's stamp is read before the release bumps the generation.
-                    let key = self.key_of(cur);
-                    let value = self.arena.release(cur);
-                    fired += 1;
-                    expired(Fired {
-                        key,
-                        deadline,
-                        value,
-                    });
-                }
-                Place::In(nb) => {
-                    debug_assert!(nb.level() < b.level(), "entry of {b:?} re-placed at {nb:?}");
-                    let head = self.head(nb);
-                    self.arena.link_back(head, cur);
-                    placed(nb);
-                }
-                Place::Never => {
-                    unreachable!("bucketed entry (deadline {deadline}) became never-due")
-                }
+        loop {
+            if front == back {
+                fired += self.replace(front, b, expired, placed);
+                break;
             }
-            cur = next;
+            let (next, prev) = (self.arena.next(front), self.arena.prev(back));
+            fired += self.replace(front, b, expired, placed);
+            back_half.push(back);
+            if next == back {
+                break;
+            }
+            front = next;
+            back = prev;
         }
+        while let Some(i) = back_half.pop() {
+            fired += self.replace(i, b, expired, placed);
+        }
+        self.back_half = back_half;
         self.counts.fired += fired as u64;
         fired
+    }
+
+    /// Re-places node `cur`, just detached from bucket `b`: releases it to `expired` if due
+    /// (returns 1), else links it into the finer bucket it now belongs to.
+    #[inline(always)]
+    fn replace(
+        &mut self,
+        cur: u32,
+        b: Bucket,
+        expired: &mut impl FnMut(Fired<T>),
+        placed: &mut impl FnMut(Bucket),
+    ) -> usize {
+        let deadline = self.arena.deadline(cur);
+        match self.windows.place(&self.geo, self.heads.len(), deadline) {
+            Place::Expired => {
+                // The key's stamp is read before the release bumps the generation.
+                let key = self.key_of(cur);
+                let value = self.arena.release(cur);
+                expired(Fired {
+                    key,
+                    deadline,
+                    value,
+                });
+                1
+            }
+            Place::In(nb) => {
+                debug_assert!(nb.level() < b.level(), "entry of {b:?} re-placed at {nb:?}");
+                let head = self.head(nb);
+                self.arena.link_back(head, cur);
+                placed(nb);
+                0
+            }
+            Place::Never => {
+                unreachable!("bucketed entry (deadline {deadline}) became never-due")
+            }
+        }
     }
 
     /// The bucket the entry is linked into (a walk over every list: tests and debugging only).
