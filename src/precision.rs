@@ -349,30 +349,51 @@ impl TimerTask for Fire {
     }
 }
 
-impl Target for TimerRun<Task> {
+/// How W2 schedules a task of each type on the timer.
+trait W2Task: TimerTask + Sized {
+    fn schedule(
+        timer: &SystemTimer<Self>,
+        rec: &'static Recorder,
+        id: u32,
+        delay: Duration,
+        due: Instant,
+    );
+}
+
+impl W2Task for Task {
     #[inline]
-    fn add(&mut self, id: u32, delay: Duration, due: Instant) {
-        let rec = self.rec;
-        self.timer
+    fn schedule(
+        timer: &SystemTimer<Self>,
+        rec: &'static Recorder,
+        id: u32,
+        delay: Duration,
+        due: Instant,
+    ) {
+        timer
             .add(delay, move || rec.fire(id as usize, due))
             .expect("timer running");
     }
-    fn note(&self) -> Option<String> {
-        timer_note(&self.timer)
-    }
-    fn shutdown(self) {
-        let left = self.timer.shutdown();
-        assert!(left.is_empty(), "{} tasks handed back", left.len());
+}
+
+impl W2Task for Fire {
+    #[inline]
+    fn schedule(
+        timer: &SystemTimer<Self>,
+        rec: &'static Recorder,
+        id: u32,
+        delay: Duration,
+        due: Instant,
+    ) {
+        timer
+            .add_keyed(delay, Fire { id, due, rec })
+            .expect("timer running");
     }
 }
 
-impl Target for TimerRun<Fire> {
+impl<T: W2Task> Target for TimerRun<T> {
     #[inline]
     fn add(&mut self, id: u32, delay: Duration, due: Instant) {
-        let rec = self.rec;
-        self.timer
-            .add_keyed(delay, Fire { id, due, rec })
-            .expect("timer running");
+        T::schedule(&self.timer, self.rec, id, delay, due);
     }
     fn note(&self) -> Option<String> {
         timer_note(&self.timer)
