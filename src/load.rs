@@ -77,8 +77,9 @@ pub struct Args {
     /// Purgatory purge interval (completed watched operations between purges).
     #[arg(long, default_value_t = 1000)]
     pub purge_interval: usize,
-    /// Timer executor threads (expiries run there); 0 runs expiries inline on the reaper.
-    #[arg(long, default_value_t = 1)]
+    /// Timer executor threads (expiries run there); 0 (the purgatory's default) runs expiries on
+    /// the reaper.
+    #[arg(long, default_value_t = 0)]
     pub executors: usize,
     /// Random seed (splitmix64).
     #[arg(long, default_value_t = 42)]
@@ -493,14 +494,14 @@ pub fn run_once(args: &Args) -> Report {
     let mut batch: Batch = Vec::new();
     for i in 0..n {
         arrival_ns += gaps_ns[i];
-        let now = start.elapsed().as_nanos() as u64;
-        if arrival_ns > now + 1_000_000 {
+        let mut issue_ns = start.elapsed().as_nanos() as u64;
+        if arrival_ns > issue_ns + 1_000_000 {
             if !batch.is_empty() {
                 let _ = tx.send(std::mem::take(&mut batch));
             }
-            std::thread::sleep(Duration::from_nanos(arrival_ns - now));
+            std::thread::sleep(Duration::from_nanos(arrival_ns - issue_ns));
+            issue_ns = start.elapsed().as_nanos() as u64;
         }
-        let issue_ns = start.elapsed().as_nanos() as u64;
         arrivals.push(issue_ns);
         let op = FakeOp {
             id: i as u32,

@@ -310,6 +310,13 @@ impl<Op: DelayedOperation> OpCell<Op> {
     }
 }
 
+#[cfg(not(loom))]
+impl<Op: DelayedOperation> system_timer::SharedTask for OpCell<Op> {
+    fn run_shared(self: Arc<Self>) {
+        self.expire();
+    }
+}
+
 /// A handle on an operation in a purgatory: complete it by force, or ask whether it completed.
 /// Cloning it is cheap (it shares the operation).
 pub struct OperationHandle<Op> {

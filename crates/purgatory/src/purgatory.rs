@@ -122,6 +122,7 @@ pub struct Builder<K, Op> {
     timer: Option<Arc<SystemTimer>>,
     clock: Option<Box<dyn FnOnce(system_timer::Builder) -> system_timer::Builder>>,
     reaper: bool,
+    expiry_threads: usize,
     purge_interval: usize,
     shards: usize,
     _types: PhantomData<fn(K, Op)>,
@@ -134,14 +135,16 @@ where
     K: Hash + Eq + Clone + Send + Sync + 'static,
     Op: DelayedOperation,
 {
-    /// Defaults: name `"purgatory"`, an own timer with Kafka's settings (tick 1 ms, wheel 20, a
-    /// reaper and one executor thread), purge interval 1000, 512 shards.
+    /// Defaults: name `"purgatory"`, an own timer with Kafka's settings (tick 1 ms, wheel 20) whose
+    /// reaper thread also runs the expiries (see [`expiry_threads`](Self::expiry_threads)), purge
+    /// interval 1000, 512 shards.
     pub fn new() -> Self {
         Builder {
             name: "purgatory".into(),
             timer: None,
             clock: None,
             reaper: true,
+            expiry_threads: 0,
             purge_interval: DEFAULT_PURGE_INTERVAL,
             shards: DEFAULT_SHARDS,
             _types: PhantomData,
@@ -175,6 +178,17 @@ where
         self
     }
 
+    /// Threads of the own timer that run expiries (`on_complete` and `on_expiration` of the
+    /// operations whose timeout won). Default 0: the reaper runs them itself, right after it
+    /// advances the wheel (no hand-off to another thread, one wake-up per tick instead of two).
+    /// That suits callbacks that only hand a response on, as Kafka's do; give slow callbacks
+    /// threads of their own (Kafka's purgatory timer uses one executor thread) so that they
+    /// cannot delay later expiries.
+    pub fn expiry_threads(mut self, n: usize) -> Self {
+        self.expiry_threads = n;
+        self
+    }
+
     /// Sweep the watch lists after this many watched operations completed (default 1000).
     pub fn purge_interval(mut self, n: usize) -> Self {
         self.purge_interval = n.max(1);
@@ -196,6 +210,10 @@ where
         let own_timer = self.timer.is_none();
         let timer = self.timer.unwrap_or_else(|| {
             let mut b = SystemTimer::builder().name(&self.name).reaper(self.reaper);
+            b = match self.expiry_threads {
+                0 => b.inline(),
+                n => b.executor_threads(n),
+            };
             if !self.reaper || cfg!(loom) {
                 b = b.reaper(false).inline();
             }
@@ -237,6 +255,7 @@ impl<K, Op> fmt::Debug for Builder<K, Op> {
             .field("name", &self.name)
             .field("shared_timer", &self.timer.is_some())
             .field("reaper", &self.reaper)
+            .field("expiry_threads", &self.expiry_threads)
             .field("purge_interval", &self.purge_interval)
             .field("shards", &self.shards)
             .finish()
@@ -315,8 +334,7 @@ where
         }
         // Still pending: arm the timer in the same lock hold. The expiry task takes this lock,
         // so it cannot run before the handle is stored.
-        let expiry = Arc::clone(&cell);
-        match inner.timer.add(timeout, Task::new(move || expiry.expire())) {
+        match inner.timer.add(timeout, expiry_task(&cell)) {
             Ok(timer) => {
                 st.timer = Some(timer);
                 inner.counters.delayed_add(1);
@@ -559,4 +577,17 @@ where
             .field("delayed", &self.inner.counters.delayed())
             .finish()
     }
+}
+
+/// The timer task that expires `cell`: the cell's own `Arc` (no allocation per operation).
+#[cfg(not(loom))]
+fn expiry_task<Op: DelayedOperation>(cell: &Arc<OpCell<Op>>) -> Task {
+    Task::from_arc(Arc::clone(cell))
+}
+
+/// Under loom the shim's `Arc` is loom's, which `Task::from_arc` does not take: a closure.
+#[cfg(loom)]
+fn expiry_task<Op: DelayedOperation>(cell: &Arc<OpCell<Op>>) -> Task {
+    let cell = Arc::clone(cell);
+    Task::new(move || cell.expire())
 }

@@ -60,5 +60,5 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{BuildError, ScheduleError};
 pub use handle::{TimerHandle, TimerKey};
 pub use stats::{Lateness, TimerStats};
-pub use task::{Task, TimerTask};
+pub use task::{SharedTask, Task, TimerTask};
 pub use timer::{Builder, SystemTimer};

@@ -1,6 +1,7 @@
 //! What a timer runs.
 
 use std::fmt;
+use std::sync::Arc;
 
 /// Work a timer runs once its deadline is reached. Implemented for every `FnOnce() + Send`
 /// closure; implement it for your own type to schedule tasks without boxing (a timer is generic
@@ -27,34 +28,72 @@ impl<F: FnOnce() + Send + 'static> TimerTask for F {
     }
 }
 
-/// A boxed closure: the default task type of a
-/// [`SystemTimer`](crate::SystemTimer), built from any `FnOnce() + Send + 'static` with `into()`
-/// (which is what [`SystemTimer::add`](crate::SystemTimer::add) does).
+/// The default task type of a [`SystemTimer`](crate::SystemTimer): a boxed closure, built from
+/// any `FnOnce() + Send + 'static` with `into()` (which is what
+/// [`SystemTimer::add`](crate::SystemTimer::add) does), or an `Arc` of a [`SharedTask`]
+/// ([`Task::from_arc`]: no allocation per task).
 ///
 /// ```
 /// use system_timer::{Task, TimerTask};
 /// let t: Task = (|| println!("hello")).into();
 /// t.run();
 /// ```
-pub struct Task(Box<dyn FnOnce() + Send + 'static>);
+pub struct Task(Repr);
+
+enum Repr {
+    Boxed(Box<dyn FnOnce() + Send + 'static>),
+    Shared(Arc<dyn SharedTask>),
+}
+
+/// Work kept in an `Arc` that a timer runs through the `Arc` itself: for objects that already
+/// live in one (an operation waiting for its timeout, say), scheduling it as a [`Task`] with
+/// [`Task::from_arc`] costs a reference count instead of a box per task.
+///
+/// ```
+/// use std::sync::atomic::{AtomicBool, Ordering};
+/// use std::sync::Arc;
+/// use system_timer::{SharedTask, Task, TimerTask};
+///
+/// struct Lease(AtomicBool);
+/// impl SharedTask for Lease {
+///     fn run_shared(self: Arc<Self>) {
+///         self.0.store(true, Ordering::Release); // expired
+///     }
+/// }
+/// let lease = Arc::new(Lease(AtomicBool::new(false)));
+/// Task::from_arc(lease.clone()).run();
+/// assert!(lease.0.load(Ordering::Acquire));
+/// ```
+pub trait SharedTask: Send + Sync + 'static {
+    /// Runs the task (the timer hands over its reference).
+    fn run_shared(self: Arc<Self>);
+}
 
 impl Task {
     /// Boxes a closure.
     pub fn new(f: impl FnOnce() + Send + 'static) -> Self {
-        Task(Box::new(f))
+        Task(Repr::Boxed(Box::new(f)))
+    }
+
+    /// A task that runs `task` through this reference to it: no allocation.
+    pub fn from_arc(task: Arc<impl SharedTask>) -> Self {
+        Task(Repr::Shared(task))
     }
 }
 
 impl<F: FnOnce() + Send + 'static> From<F> for Task {
     fn from(f: F) -> Self {
-        Task(Box::new(f))
+        Task::new(f)
     }
 }
 
 impl TimerTask for Task {
     #[inline]
     fn run(self) {
-        (self.0)()
+        match self.0 {
+            Repr::Boxed(f) => f(),
+            Repr::Shared(t) => t.run_shared(),
+        }
     }
 }
 
