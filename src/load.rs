@@ -835,142 +835,104 @@ fn find_max_rate(args: &Args) -> ExitCode {
     }
 }
 
-/// A small hand-written SVG (two line charts need no plotting dependency): the completion-delay
-/// distribution (CDF, up to p99.9) and the achieved issue rate per 100 ms window while the
-/// generator ran, with axis ticks.
+/// The `--plot` figure, drawn with plotters (SVG backend): the run's header, then the
+/// completion-delay distribution (CDF up to p99.9) and the achieved issue rate per 100 ms window
+/// while the generator ran, against the target rate.
 fn plot_svg(args: &Args, r: &Report) -> String {
-    let (w, h, left, right) = (900.0, 300.0, 70.0, 30.0);
-    let mut s = format!(
-        "<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{}' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' fill='white'/>\n",
-        2.0 * h + 90.0
-    );
+    let mut svg = String::new();
+    if let Err(e) = draw_plot(&mut svg, args, r) {
+        eprintln!("plot: {e}");
+    }
+    svg
+}
+
+fn draw_plot(svg: &mut String, args: &Args, r: &Report) -> Result<(), Box<dyn std::error::Error>> {
+    use plotters::prelude::*;
+    let root = SVGBackend::with_string(svg, (900, 700)).into_drawing_area();
+    root.fill(&WHITE)?;
     let head = header(args);
     let (a, b) = head.split_at(head.find(", tick").unwrap_or(head.len()));
-    let _ = writeln!(s, "<text x='10' y='20' font-weight='bold'>{a}</text>");
-    let _ = writeln!(
-        s,
-        "<text x='10' y='36'>{}</text>",
-        b.trim_start_matches(", ")
-    );
-    // One panel: frame, ticks, polyline.
-    let mut panel = |top: f64,
-                     title: &str,
-                     xs: &[(f64, String)],
-                     ys: &[(f64, String)],
-                     pts: &[(f64, f64)],
-                     color: &str| {
-        let (x0, x1, y0, y1) = (left, w - right, top + h - 30.0, top + 10.0);
-        let _ = writeln!(
-            s,
-            "<text x='{left}' y='{}' font-weight='bold'>{title}</text>",
-            top
-        );
-        let _ = writeln!(
-            s,
-            "<rect x='{x0}' y='{y1}' width='{}' height='{}' fill='none' stroke='#888'/>",
-            x1 - x0,
-            y0 - y1
-        );
-        for (fx, label) in xs {
-            let x = x0 + fx * (x1 - x0);
-            let _ = writeln!(
-                s,
-                "<line x1='{x:.1}' y1='{y0}' x2='{x:.1}' y2='{y1}' stroke='#eee'/>"
-            );
-            let _ = writeln!(
-                s,
-                "<text x='{x:.1}' y='{}' text-anchor='middle'>{label}</text>",
-                y0 + 15.0
-            );
-        }
-        for (fy, label) in ys {
-            let y = y0 - fy * (y0 - y1);
-            let _ = writeln!(
-                s,
-                "<line x1='{x0}' y1='{y:.1}' x2='{x1}' y2='{y:.1}' stroke='#eee'/>"
-            );
-            let _ = writeln!(
-                s,
-                "<text x='{}' y='{:.1}' text-anchor='end'>{label}</text>",
-                x0 - 5.0,
-                y + 4.0
-            );
-        }
-        let line: String = pts
-            .iter()
-            .map(|(fx, fy)| format!("{:.1},{:.1} ", x0 + fx * (x1 - x0), y0 - fy * (y0 - y1)))
-            .collect();
-        let _ = writeln!(
-            s,
-            "<polyline fill='none' stroke='{color}' stroke-width='2' points='{line}'/>"
-        );
-    };
+    root.draw(&Text::new(
+        a.to_string(),
+        (10, 8),
+        ("sans-serif", 15).into_font().style(FontStyle::Bold),
+    ))?;
+    root.draw(&Text::new(
+        b.trim_start_matches(", ").to_string(),
+        (10, 28),
+        ("sans-serif", 13),
+    ))?;
+    let (cdf_area, rate_area) = root.margin(50, 5, 5, 10).split_vertically(320);
+
     // Panel 1: CDF of the completion delay vs the intended time.
     let d = &r.delays;
     if !d.is_empty() {
         let lo = d[0].min(0.0);
         let hi = d[((d.len() as f64 * 0.999) as usize).min(d.len() - 1)].max(lo + 1e-3);
         let step = (d.len() / 600).max(1);
-        let pts: Vec<(f64, f64)> = d
-            .iter()
-            .enumerate()
-            .step_by(step)
-            .filter(|(_, v)| **v <= hi)
-            .map(|(i, v)| ((v - lo) / (hi - lo), i as f64 / d.len() as f64))
-            .collect();
-        let xs: Vec<(f64, String)> = (0..=4)
-            .map(|k| {
-                (
-                    k as f64 / 4.0,
-                    format!("{:.2} ms", lo + (hi - lo) * k as f64 / 4.0),
-                )
-            })
-            .collect();
-        let ys: Vec<(f64, String)> = [0.0, 0.5, 0.9, 1.0]
-            .iter()
-            .map(|&q| (q, format!("{q}")))
-            .collect();
-        panel(
-            60.0,
-            "completion time minus intended time (latency, or timeout if expired): CDF up to p99.9",
-            &xs,
-            &ys,
-            &pts,
-            "steelblue",
-        );
+        let mut chart = ChartBuilder::on(&cdf_area)
+            .caption(
+                "completion time minus intended time (latency, or timeout if expired): CDF up to p99.9",
+                ("sans-serif", 14),
+            )
+            .margin(8)
+            .x_label_area_size(35)
+            .y_label_area_size(50)
+            .build_cartesian_2d(lo..hi, 0f64..1f64)?;
+        chart
+            .configure_mesh()
+            .x_desc("ms")
+            .y_desc("fraction of requests")
+            .x_label_formatter(&|v| format!("{v:.2}"))
+            .draw()?;
+        chart.draw_series(LineSeries::new(
+            d.iter()
+                .enumerate()
+                .step_by(step)
+                .filter(|(_, v)| **v <= hi)
+                .map(|(i, v)| (*v, i as f64 / d.len() as f64)),
+            ShapeStyle::from(&BLUE).stroke_width(2),
+        ))?;
     }
-    // Panel 2: issue rate over time, while generating.
-    // Whole windows while the generator ran (the last, partial one would look like a drop).
+
+    // Panel 2: issue rate over time, while generating (whole windows only: the last, partial
+    // one would look like a drop).
     let windows = ((r.num as f64 / r.achieved_rate.max(1.0)) * 10.0).floor() as usize;
-    let series = &r.rate_series[..r.rate_series.len().min(windows.max(1))];
+    let series = &r.rate_series[..r.rate_series.len().min(windows.saturating_sub(1).max(1))];
     if !series.is_empty() {
         let top = series.iter().copied().fold(args.rate, f64::max) * 1.15;
-        let n = series.len().max(2) - 1;
-        let pts: Vec<(f64, f64)> = series
-            .iter()
-            .enumerate()
-            .map(|(i, v)| (i as f64 / n as f64, v / top))
-            .collect();
-        let secs = series.len() as f64 / 10.0;
-        let xs: Vec<(f64, String)> = (0..=4)
-            .map(|k| (k as f64 / 4.0, format!("{:.1} s", secs * k as f64 / 4.0)))
-            .collect();
-        let ys: Vec<(f64, String)> = vec![
-            (0.0, "0".into()),
-            (args.rate / top, format!("{:.0}", args.rate)),
-            (1.0, format!("{top:.0}")),
-        ];
-        panel(
-            60.0 + h + 20.0,
-            "issued requests per second (100 ms windows); the target is the middle tick",
-            &xs,
-            &ys,
-            &pts,
-            "darkorange",
-        );
+        let secs = (series.len() as f64 / 10.0).max(0.1);
+        let mut chart = ChartBuilder::on(&rate_area)
+            .caption(
+                "issued requests per second (100 ms windows); dashed: the target rate",
+                ("sans-serif", 14),
+            )
+            .margin(8)
+            .x_label_area_size(35)
+            .y_label_area_size(70)
+            .build_cartesian_2d(0f64..secs, 0f64..top)?;
+        chart
+            .configure_mesh()
+            .x_desc("s")
+            .y_desc("requests/s")
+            .y_label_formatter(&|v| format!("{v:.0}"))
+            .draw()?;
+        chart.draw_series(LineSeries::new(
+            series
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (i as f64 / 10.0, *v)),
+            ShapeStyle::from(&RGBColor(230, 120, 0)).stroke_width(2),
+        ))?;
+        chart.draw_series(DashedLineSeries::new(
+            [(0.0, args.rate), (secs, args.rate)],
+            6,
+            4,
+            ShapeStyle::from(&BLACK),
+        ))?;
     }
-    s.push_str("</svg>\n");
-    s
+    root.present()?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -1032,7 +994,7 @@ mod tests {
                     && json.contains("\"exactly_once\":true")
             );
             let svg = plot_svg(&a, &r);
-            assert!(svg.starts_with("<svg") && svg.contains("polyline"));
+            assert!(svg.starts_with("<svg") && svg.contains("polyline") && svg.contains("CDF"));
         }
     }
 
