@@ -39,6 +39,16 @@ enum Cmd {
     W4(kafka_timer::load::Args),
     /// W5 scale: W1's add and cancel ns/op at N = 10^4 .. 10^7 pending (delay range N × 0.03 ms).
     W5(W5Args),
+    /// The CPU time one thread sleep-and-wake costs on this machine (the floor under every
+    /// workload whose threads wake once per tick).
+    WakeCost {
+        /// Sleep length, µs.
+        #[arg(long, default_value_t = 1000)]
+        period_us: u64,
+        /// Sleeps.
+        #[arg(long, default_value_t = 2000)]
+        count: u32,
+    },
     /// Internal: add N tasks to one implementation and print the peak RSS (bytes).
     #[command(hide = true)]
     RssProbe {
@@ -99,6 +109,16 @@ fn main() -> ExitCode {
         Some(Cmd::W3(a)) => return kafka_timer::idle::run(&a),
         Some(Cmd::W4(a)) => return kafka_timer::load::run(&a),
         Some(Cmd::W5(a)) => w5(&a),
+        Some(Cmd::WakeCost { period_us, count }) => {
+            let (cpu_ns, wall) =
+                kafka_timer::measure::wake_cost(std::time::Duration::from_micros(period_us), count);
+            println!("machine: {}", machine_line());
+            println!(
+                "sleep {period_us} us x {count}: {:.1} us of CPU per sleep-and-wake (wall {:.1} us per sleep)",
+                cpu_ns / 1e3,
+                wall.as_secs_f64() * 1e6
+            );
+        }
         Some(Cmd::RssProbe {
             r#impl,
             n,

@@ -116,6 +116,27 @@ pub fn timed<R>(f: impl FnOnce() -> R) -> (R, Duration, u64) {
     (r, wall, process_cpu_ns().saturating_sub(cpu0))
 }
 
+/// The CPU time one sleep-and-wake of a thread costs on this machine (what every timer, reaper
+/// and completer thread pays per wake-up): a thread sleeps `period` `count` times; returns the
+/// on-CPU nanoseconds per sleep (its schedstat run time, which counts the kernel's work to put it
+/// to sleep and wake it, and on a virtual machine the exits around an idle CPU) and the wall
+/// time per sleep.
+pub fn wake_cost(period: Duration, count: u32) -> (f64, Duration) {
+    std::thread::spawn(move || {
+        let (cpu0, t0) = (thread_cpu_ns(), Instant::now());
+        for _ in 0..count {
+            std::thread::sleep(period);
+        }
+        let cpu = thread_cpu_ns().saturating_sub(cpu0);
+        (
+            cpu as f64 / f64::from(count.max(1)),
+            t0.elapsed() / count.max(1),
+        )
+    })
+    .join()
+    .expect("wake-cost thread")
+}
+
 /// The median of a list of samples (the mean of the middle two for an even count).
 pub fn median(xs: &[f64]) -> f64 {
     let mut v = xs.to_vec();
