@@ -158,6 +158,9 @@ pub struct Report {
     pub elapsed_s: f64,
     /// Process CPU seconds per million requests (all threads).
     pub cpu_s_per_million: f64,
+    /// Times a thread of the process went to sleep (voluntary context switches), per second of
+    /// the run: each costs a wake-up (see the `wake-cost` subcommand for its CPU price here).
+    pub sleeps_per_s: f64,
     /// Peak RSS of the process, bytes.
     pub peak_rss: u64,
     /// Peak RSS minus the RSS before the run, divided by the peak number of pending requests.
@@ -351,6 +354,7 @@ pub fn run_once(args: &Args) -> Report {
     completer_lags.clear();
     let rss0 = rss_bytes();
     let cpu0 = process_cpu_ns();
+    let sleeps0 = crate::measure::live_threads_sleeps();
     let start = Instant::now();
     let shared: &'static Shared = Box::leak(Box::new(Shared {
         start,
@@ -430,7 +434,8 @@ pub fn run_once(args: &Args) -> Report {
                         None => break,
                     }
                 }
-                lags
+                // Its sleeps, read before it exits (an exited thread leaves /proc/self/task).
+                (lags, crate::measure::thread_sleeps())
             })
             .expect("spawn completer")
     };
@@ -525,7 +530,7 @@ pub fn run_once(args: &Args) -> Report {
     let gen_end = start.elapsed();
     generating.store(false, Relaxed);
     drop(tx);
-    let lags = completer.join().expect("completer");
+    let (lags, completer_sleeps) = completer.join().expect("completer");
     // Wait (generously) until every request has completed one way or the other.
     let deadline = Instant::now() + timeout + Duration::from_secs(30);
     while purgatory.stats().completed < n as u64 && Instant::now() < deadline {
@@ -533,6 +538,7 @@ pub fn run_once(args: &Args) -> Report {
     }
     let elapsed = start.elapsed();
     let cpu = process_cpu_ns() - cpu0;
+    let sleeps = (crate::measure::live_threads_sleeps() + completer_sleeps).saturating_sub(sleeps0);
     let (peak_pending, rate_series) = sampler.join().unwrap_or_default();
     let peak_rss = peak_rss_bytes();
     let purges = purgatory.stats().purges;
@@ -578,6 +584,7 @@ pub fn run_once(args: &Args) -> Report {
         achieved_rate: achieved,
         elapsed_s: elapsed.as_secs_f64(),
         cpu_s_per_million: cpu as f64 / 1e9 / n as f64 * 1e6,
+        sleeps_per_s: sleeps as f64 / elapsed.as_secs_f64().max(1e-9),
         peak_rss,
         bytes_per_pending: peak_rss.saturating_sub(rss0) as f64 / peak_pending.max(1) as f64,
         peak_pending,
@@ -650,6 +657,10 @@ fn print_table(args: &Args, r: &Report) {
         (
             "CPU s per million requests",
             format!("{:.2}", r.cpu_s_per_million),
+        ),
+        (
+            "thread sleeps (wake-ups) per second",
+            format!("{:.0}", r.sleeps_per_s),
         ),
         ("peak RSS (MB)", format!("{:.1}", r.peak_rss as f64 / 1e6)),
         ("peak pending requests", r.peak_pending.to_string()),
@@ -726,6 +737,7 @@ fn to_json(args: &Args, r: &Report) -> String {
     field("sustained", r.sustained.to_string());
     field("elapsed_s", format!("{:.3}", r.elapsed_s));
     field("cpu_s_per_million", format!("{:.3}", r.cpu_s_per_million));
+    field("sleeps_per_s", format!("{:.1}", r.sleeps_per_s));
     field("peak_rss_bytes", r.peak_rss.to_string());
     field("peak_pending", r.peak_pending.to_string());
     field("bytes_per_pending", format!("{:.1}", r.bytes_per_pending));

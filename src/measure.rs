@@ -52,6 +52,37 @@ fn threads_cpu_ns(skip: Option<&std::ffi::OsStr>) -> u64 {
     live
 }
 
+/// Voluntary context switches (a thread going to sleep: every wake-up costs one) of the threads
+/// alive now, summed over `/proc/self/task/*/status`.
+pub fn live_threads_sleeps() -> u64 {
+    let mut total = 0;
+    if let Ok(dir) = fs::read_dir("/proc/self/task") {
+        for task in dir.flatten() {
+            total += status_field(&task.path().join("status"), "voluntary_ctxt_switches:");
+        }
+    }
+    total
+}
+
+/// Voluntary context switches of the calling thread so far.
+pub fn thread_sleeps() -> u64 {
+    status_field(
+        std::path::Path::new("/proc/thread-self/status"),
+        "voluntary_ctxt_switches:",
+    )
+}
+
+fn status_field(path: &std::path::Path, field: &str) -> u64 {
+    fs::read_to_string(path)
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
 /// CPU time of the calling thread, in nanoseconds.
 pub fn thread_cpu_ns() -> u64 {
     fs::read_to_string("/proc/thread-self/schedstat")

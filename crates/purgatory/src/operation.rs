@@ -16,9 +16,9 @@
 //!   operation** at once: what is left in other keys' watch lists is an empty cell until a check
 //!   or the purge sweeps it (KAFKA-19389 / KAFKA-19763: completed operations must not pin memory).
 //! * Lock order: op lock → timer shard lock (arming, disarming). The timer never calls into an
-//!   operation while holding its own locks (expiry runs on an executor, after the timer's locks
-//!   are released), and the watch map's locks are never held while an op lock is taken by the
-//!   checking side, so no cycle exists (R7 in LOOM.md).
+//!   operation while holding its own locks (expiry runs on the reaper or an executor, after the
+//!   timer's locks are released), and the watch map's locks are never held while an op lock is
+//!   taken by the checking side, so no cycle exists (R7 in LOOM.md).
 //!
 //! # State machine
 //!

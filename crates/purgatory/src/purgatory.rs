@@ -499,8 +499,9 @@ where
         out
     }
 
-    /// Schedules a purge on the timer (a zero-delay task, so it runs on the reaper's executor,
-    /// or in the next `advance` when driven by hand) once enough watched operations completed.
+    /// Schedules a purge on the timer (a zero-delay task, so it runs where expiries run: on the
+    /// reaper or its executors, or in the next `advance` when driven by hand) once enough watched
+    /// operations completed.
     fn maybe_purge(&self) {
         let inner = &self.inner;
         if !inner.counters.take_purge_due() || inner.purge_scheduled.swap(true, Ordering::AcqRel) {

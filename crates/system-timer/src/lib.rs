@@ -32,6 +32,19 @@
 //!   hands back every task that neither ran nor was cancelled; scheduling after shutdown (or past
 //!   the optional cap) returns the task in the error.
 //!
+//! # The cheap path
+//!
+//! * **Keys instead of handles.** [`SystemTimer::add_keyed`] returns a [`TimerKey`] (`Copy`, 16
+//!   bytes, no reference count, nothing to drop); [`SystemTimer::cancel`] takes it. The
+//!   [`TimerHandle`] of [`SystemTimer::add`] is the convenient form (cancel it from anywhere,
+//!   ask it what happened) at the price of a shared reference count per task.
+//! * **A task type of your own.** A timer is generic over its [`TimerTask`]; the default
+//!   [`Task`] boxes a closure, or runs an `Arc` it is given ([`Task::from_arc`], no box).
+//! * **A cheap clock read for deadlines.** Deadlines come from an upper bound of the monotonic
+//!   clock computed from the CPU's cycle counter (about 13 ns instead of 26 ns for
+//!   `Instant::now()` here); see [`SystemClock`]. Deciding what is due always uses the real
+//!   clock, so a task can be a few microseconds late for it, never early.
+//!
 //! # Implementation
 //!
 //! Adds take one shard lock of the wheel (the sharded read side of Kafka's read–write lock), so
