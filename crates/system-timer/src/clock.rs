@@ -61,8 +61,10 @@ pub(crate) fn duration_ns(d: Duration) -> u64 {
 /// per cycle, plus 1 µs for instruction reordering. The bound comes from a calibration against
 /// the monotonic clock over the process's first 10 ms (readings bracketed by counter reads, so
 /// that their errors can only raise it), widened by 0.2% for frequency slewing. Until the
-/// calibration is done, and where the counter is missing, stale or not monotonic on this thread,
-/// the real clock is read. Deadlines are therefore at most a few microseconds late, never early.
+/// calibration is done, where the counter is stale or not monotonic on this thread, and where the
+/// kernel does not keep time with the counter itself (so it is not known to be synchronised
+/// across CPUs), the real clock is read. Deadlines are therefore at most a few microseconds late,
+/// never early. [`SystemClock::exact`] opts out of the counter.
 ///
 /// ```
 /// use system_timer::{Clock, SystemClock};
@@ -77,6 +79,9 @@ pub struct SystemClock {
     /// `epoch` in nanoseconds after the process-wide counter base (see `fast`).
     #[cfg(not(loom))]
     offset_ns: u64,
+    /// Whether deadlines use the counter-based reading (false: `exact()`).
+    #[cfg(not(loom))]
+    counter: bool,
 }
 
 impl SystemClock {
@@ -89,7 +94,39 @@ impl SystemClock {
             epoch,
             #[cfg(not(loom))]
             offset_ns: duration_ns(epoch.saturating_duration_since(base)),
+            #[cfg(not(loom))]
+            counter: true,
         }
+    }
+
+    /// A clock whose epoch is now and whose deadlines come from `Instant::now()` itself (no
+    /// cycle counter): for those who would rather pay 13 ns more per add than rely on the
+    /// counter's calibration.
+    ///
+    /// ```
+    /// use system_timer::{Clock, SystemClock, SystemTimer};
+    /// let timer = SystemTimer::builder().clock(SystemClock::exact()).build();
+    /// # drop(timer);
+    /// let c = SystemClock::exact();
+    /// let a = c.deadline_base_ns();
+    /// assert!(c.now_ns() >= a);
+    /// ```
+    pub fn exact() -> Self {
+        SystemClock {
+            #[cfg(not(loom))]
+            counter: false,
+            ..Self::new()
+        }
+    }
+
+    /// True where deadlines can come from the CPU's cycle counter: the kernel keeps time with it
+    /// itself (Linux with the `tsc` or `arch_sys_counter` clock source).
+    #[doc(hidden)]
+    pub fn counter_trusted() -> bool {
+        #[cfg(not(loom))]
+        return fast::counter_trusted();
+        #[cfg(loom)]
+        false
     }
 
     /// True once the cycle-counter calibration behind
@@ -125,6 +162,9 @@ impl Clock for SystemClock {
     #[cfg(not(loom))]
     #[inline]
     fn deadline_base_ns(&self) -> u64 {
+        if !self.counter {
+            return self.now_ns();
+        }
         fast::upper_ns().saturating_sub(self.offset_ns)
     }
 
@@ -168,7 +208,8 @@ mod fast {
 
     struct Source {
         base: Instant,
-        counter: quanta::Clock,
+        /// `None` where the counter is not trusted (see `counter_trusted`): always the real clock.
+        counter: Option<quanta::Clock>,
         /// The first bracketed reading: counter after it, and the reading.
         start: (u64, u64),
         /// Upper bound of ns per counter unit, 32.32 fixed point; 0 until calibrated.
@@ -188,8 +229,11 @@ mod fast {
     fn source() -> &'static Source {
         SOURCE.get_or_init(|| {
             let base = Instant::now();
-            let counter = quanta::Clock::new();
-            let (_, m, after) = bracket(&counter, base);
+            let counter = counter_trusted().then(quanta::Clock::new);
+            let (_, m, after) = match &counter {
+                Some(c) => bracket(c, base),
+                None => (0, 0, 0),
+            };
             Source {
                 base,
                 counter,
@@ -198,6 +242,15 @@ mod fast {
                 max_age: AtomicU64::new(0),
             }
         })
+    }
+
+    /// True where the kernel itself keeps time with the CPU's counter: it does so only once it
+    /// has found the counter invariant and synchronised across CPUs (Linux's `tsc` on x86, the
+    /// architected `arch_sys_counter` on ARM). Elsewhere (another clock source, another OS) the
+    /// counter is not used and every reading is `Instant::now()`.
+    pub(super) fn counter_trusted() -> bool {
+        std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+            .is_ok_and(|s| matches!(s.trim(), "tsc" | "arch_sys_counter"))
     }
 
     pub(super) fn calibrated() -> bool {
@@ -232,8 +285,11 @@ mod fast {
         // `max_age` is 0 until calibrated: then every call takes the slow path.
         let max_age = src.max_age.load(Ordering::Acquire);
         let mult = src.mult.load(Ordering::Relaxed);
+        let Some(counter) = &src.counter else {
+            return refresh(src);
+        };
         let (c, m) = ANCHOR.get();
-        let age = src.counter.raw().wrapping_sub(c);
+        let age = counter.raw().wrapping_sub(c);
         if age < max_age {
             // age < max_age keeps the product in range (max_age * mult ~ MAX_AGE_NS << 32).
             return m + ((age * mult) >> 32) + SLACK_NS;
@@ -244,7 +300,11 @@ mod fast {
     /// Reads the real clock, renews this thread's anchor, calibrates if it is time.
     #[cold]
     fn refresh(src: &Source) -> u64 {
-        let (before, m, after) = bracket(&src.counter, src.base);
+        let Some(counter) = &src.counter else {
+            #[allow(clippy::disallowed_methods)] // the clock module reads time
+            return duration_ns(Instant::now().saturating_duration_since(src.base));
+        };
+        let (before, m, after) = bracket(counter, src.base);
         if after >= before && after - before <= BRACKET_CYCLES {
             ANCHOR.set((before, m));
         }
