@@ -72,6 +72,7 @@ pub fn thread_sleeps() -> u64 {
     )
 }
 
+/// The number after `field` in a `/proc` status file (0 if missing).
 fn status_field(path: &std::path::Path, field: &str) -> u64 {
     fs::read_to_string(path)
         .ok()
@@ -111,14 +112,7 @@ pub fn rss_bytes() -> u64 {
 }
 
 fn status_kb(field: &str) -> u64 {
-    fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(field))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
-        })
-        .unwrap_or(0)
+    status_field(std::path::Path::new("/proc/self/status"), field)
 }
 
 /// `nproc`, the CPU model and the kernel: the machine line reports carry.

@@ -27,7 +27,9 @@ use std::time::Duration;
 
 use loom::sync::{Arc, Mutex};
 use loom::thread;
-use system_timer::{Builder, ManualClock, ScheduleError, SystemTimer, TimerHandle, TimerTask};
+use system_timer::{
+    Builder, ManualClock, ScheduleError, SystemTimer, TimerHandle, TimerKey, TimerTask,
+};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -158,17 +160,45 @@ fn assert_handle(h: &TimerHandle<Probe>, ran: bool, cancelled: bool, handed_back
     assert!(!h.cancel(), "a late cancel never wins");
 }
 
+/// How a model schedules its task and cancels it: through a [`TimerHandle`] or a
+/// [`TimerKey`].
+#[derive(Clone, Copy)]
+enum Via {
+    Handle,
+    Key,
+}
+
+/// What `add` or `add_keyed` returned.
+enum Scheduled {
+    Handle(TimerHandle<Probe>),
+    Key(TimerKey),
+}
+
 /// R1 + R2: a user cancels a 6 ms task (wheel size 4: it starts in the overflow level) while the
 /// reaper moves the clock to 4 ms and flushes the overflow bucket (re-adding the entry at level
 /// 0), then moves it to 8 ms, past the deadline. Kafka's "this thread sees null and exits the
 /// loop, but the other thread inserts the entry to another list later".
 #[test]
 fn cancel_races_overflow_flush_and_expiry() {
-    model(&["cancelled", "ran"], || {
+    overflow_flush_race(Via::Handle);
+}
+
+/// The same race through the key API (no handle, no reference count).
+#[test]
+fn keyed_cancel_races_overflow_flush_and_expiry() {
+    overflow_flush_race(Via::Key);
+}
+
+fn overflow_flush_race(via: Via) {
+    model(&["cancelled", "ran"], move || {
         let clock = ManualClock::new(0);
         let log = new_log();
         let timer = Arc::new(timer(&clock, 4));
-        let handle = timer.add(6 * MS, probe(1, &clock, &log)).unwrap();
+        let task = probe(1, &clock, &log);
+        let scheduled = match via {
+            Via::Handle => Scheduled::Handle(timer.add(6 * MS, task).unwrap()),
+            Via::Key => Scheduled::Key(timer.add_keyed(6 * MS, task).unwrap()),
+        };
 
         let reaper = {
             let (timer, clock) = (Arc::clone(&timer), clock.clone());
@@ -180,7 +210,10 @@ fn cancel_races_overflow_flush_and_expiry() {
                 (a, b)
             })
         };
-        let cancelled = handle.cancel();
+        let cancelled = match &scheduled {
+            Scheduled::Handle(h) => h.cancel(),
+            Scheduled::Key(k) => timer.cancel(*k),
+        };
         let (a, b) = reaper.join().unwrap();
 
         let runs = runs(&log);
@@ -193,58 +226,19 @@ fn cancel_races_overflow_flush_and_expiry() {
         assert_eq!(a, 0, "nothing is due at 4 ms");
         assert_eq!(a + b, runs.len(), "advance_to counts the runs");
         for r in &runs {
-            assert_eq!(*r, Run { id: 1, now_ms: 8 });
-            assert!(r.now_ms >= handle.deadline_ms(), "early: {r:?}");
+            assert_eq!(
+                *r,
+                Run { id: 1, now_ms: 8 },
+                "run at the deadline's tick, never early"
+            );
         }
-        assert_handle(&handle, runs.len() == 1, cancelled, false);
-        assert_eq!(timer.len(), 0);
-        timer.check_invariants();
-        if cancelled {
-            "cancelled"
-        } else {
-            "ran"
+        match &scheduled {
+            Scheduled::Handle(h) => assert_handle(h, runs.len() == 1, cancelled, false),
+            Scheduled::Key(k) => assert!(
+                !timer.is_pending(*k) && !timer.cancel(*k),
+                "a late cancel never wins"
+            ),
         }
-    });
-}
-
-/// R1 + R2 through the key API: a cancel by [`system_timer::TimerKey`] (no handle, no reference
-/// count) races the overflow flush and the expiry of a 6 ms task, as in
-/// `cancel_races_overflow_flush_and_expiry`: exactly one of cancel / run wins.
-#[test]
-fn keyed_cancel_races_overflow_flush_and_expiry() {
-    model(&["cancelled", "ran"], || {
-        let clock = ManualClock::new(0);
-        let log = new_log();
-        let timer = Arc::new(timer(&clock, 4));
-        let key = timer.add_keyed(6 * MS, probe(1, &clock, &log)).unwrap();
-
-        let reaper = {
-            let (timer, clock) = (Arc::clone(&timer), clock.clone());
-            thread::spawn(move || {
-                set_clock(&clock, 4);
-                let a = timer.advance_to(clock.now_ms()); // flush the overflow bucket
-                set_clock(&clock, 8);
-                let b = timer.advance_to(clock.now_ms()); // past the deadline
-                (a, b)
-            })
-        };
-        let cancelled = timer.cancel(key);
-        let (a, b) = reaper.join().unwrap();
-
-        let runs = runs(&log);
-        assert_eq!(
-            usize::from(cancelled) + runs.len(),
-            1,
-            "exactly one of cancel / run wins (cancelled {cancelled}, runs {runs:?})"
-        );
-        assert_eq!((a, a + b), (0, runs.len()), "advance_to counts the runs");
-        for r in &runs {
-            assert_eq!(*r, Run { id: 1, now_ms: 8 });
-        }
-        assert!(
-            !timer.is_pending(key) && !timer.cancel(key),
-            "a late cancel never wins"
-        );
         assert_eq!(timer.len(), 0);
         timer.check_invariants();
         if cancelled {
