@@ -210,8 +210,8 @@ mod fast {
         base: Instant,
         /// `None` where the counter is not trusted (see `counter_trusted`): always the real clock.
         counter: Option<quanta::Clock>,
-        /// The first bracketed reading: counter after it, and the reading.
-        start: (u64, u64),
+        /// The first tightly bracketed reading: counter after it, and the reading.
+        start: OnceLock<(u64, u64)>,
         /// Upper bound of ns per counter unit, 32.32 fixed point; 0 until calibrated.
         mult: AtomicU64,
         /// Counter units in `MAX_AGE_NS` by the upper bound (so at most that long in truth).
@@ -230,14 +230,16 @@ mod fast {
         SOURCE.get_or_init(|| {
             let base = Instant::now();
             let counter = counter_trusted().then(quanta::Clock::new);
-            let (_, m, after) = match &counter {
-                Some(c) => bracket(c, base),
-                None => (0, 0, 0),
-            };
+            let start = OnceLock::new();
+            if let Some(c) = &counter {
+                if let Some((_, m, after)) = bracket(c, base) {
+                    let _ = start.set((after, m));
+                }
+            }
             Source {
                 base,
                 counter,
-                start: (after, m),
+                start,
                 mult: AtomicU64::new(0),
                 max_age: AtomicU64::new(0),
             }
@@ -262,20 +264,23 @@ mod fast {
         source().base
     }
 
-    /// A real reading bracketed by counter reads: (counter before, reading, counter after).
-    fn bracket(counter: &quanta::Clock, base: Instant) -> (u64, u64, u64) {
-        let mut r = (0, 0, 0);
-        for _ in 0..8 {
+    /// A real reading tightly bracketed by counter reads: (counter before, reading, counter
+    /// after), `after − before ≤ BRACKET_CYCLES`; `None` if eight tries were all preempted (or the
+    /// counter went back), and the caller then uses the plain reading.
+    fn bracket(counter: &quanta::Clock, base: Instant) -> Option<(u64, u64, u64)> {
+        (0..8).find_map(|_| {
             let before = counter.raw();
-            #[allow(clippy::disallowed_methods)] // the clock module reads time
-            let m = duration_ns(Instant::now().saturating_duration_since(base));
+            let m = real(base);
             let after = counter.raw();
-            r = (before, m, after);
-            if after >= before && after - before <= BRACKET_CYCLES {
-                break;
-            }
-        }
-        r
+            (after >= before && after - before <= BRACKET_CYCLES).then_some((before, m, after))
+        })
+    }
+
+    /// `Instant::now()`, in ns after `base`.
+    #[inline]
+    fn real(base: Instant) -> u64 {
+        #[allow(clippy::disallowed_methods)] // the clock module reads time
+        duration_ns(Instant::now().saturating_duration_since(base))
     }
 
     /// An upper bound of the monotonic clock now, in ns after the base.
@@ -301,23 +306,27 @@ mod fast {
     #[cold]
     fn refresh(src: &Source) -> u64 {
         let Some(counter) = &src.counter else {
-            #[allow(clippy::disallowed_methods)] // the clock module reads time
-            return duration_ns(Instant::now().saturating_duration_since(src.base));
+            return real(src.base);
         };
-        let (before, m, after) = bracket(counter, src.base);
-        if after >= before && after - before <= BRACKET_CYCLES {
-            ANCHOR.set((before, m));
-        }
+        let Some((before, m, after)) = bracket(counter, src.base) else {
+            return real(src.base);
+        };
+        ANCHOR.set((before, m));
         if src.mult.load(Ordering::Relaxed) == 0 {
-            calibrate(src, before, m);
+            match src.start.get() {
+                Some(&start) => calibrate(src, start, before, m),
+                None => {
+                    let _ = src.start.set((after, m));
+                }
+            }
         }
         m
     }
 
-    /// Sets `mult` and `max_age` from the first reading and this one (counter `before` read
-    /// before the reading `m`), once they are `CALIBRATION_NS` apart.
-    fn calibrate(src: &Source, before: u64, m: u64) {
-        let (start_after, start_m) = src.start;
+    /// Sets `mult` and `max_age` from the first tight reading (`start`: counter after it, the
+    /// reading) and this one (counter `before` read before the reading `m`), once they are
+    /// `CALIBRATION_NS` apart.
+    fn calibrate(src: &Source, (start_after, start_m): (u64, u64), before: u64, m: u64) {
         let elapsed = m.saturating_sub(start_m);
         if elapsed < CALIBRATION_NS || before <= start_after {
             return;
