@@ -78,6 +78,14 @@ impl Semaphore {
         *p -= 1;
     }
 
+    /// Takes a permit if there is one, without sleeping: an executor that received a batch
+    /// takes the permit sent with it, so permits do not pile up while executors are busy (each
+    /// left over would cost an idle executor one empty look).
+    pub(crate) fn try_acquire(&self) {
+        let mut p = self.permits.lock();
+        *p = p.saturating_sub(1);
+    }
+
     /// Adds `n` permits and wakes as many sleepers.
     pub(crate) fn release(&self, n: usize) {
         if n == 0 {
@@ -209,7 +217,10 @@ fn has_ready<T: TimerTask>(inner: &Inner<T>) -> bool {
 fn executor_loop<T: TimerTask>(inner: &Inner<T>, rx: &Receiver<Vec<Job<T>>>) {
     loop {
         let batch = match rx.try_recv() {
-            Ok(batch) => batch,
+            Ok(batch) => {
+                inner.idle_executors.try_acquire();
+                batch
+            }
             Err(TryRecvError::Empty) => {
                 inner.idle_executors.acquire();
                 continue;
