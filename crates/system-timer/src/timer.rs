@@ -6,16 +6,19 @@
 //!   delay `d` when the clock reads `t` has the deadline `t + d` (saturating: `Duration::MAX` is
 //!   "never"). The wheel works in nanoseconds with a tick of `tick`; it rounds deadlines **up** to
 //!   the tick and hands an entry out only once its time reaches that, and the timer only ever
-//!   advances the wheel to a clock reading it has taken, so no task starts before its deadline.
+//!   advances the wheel to a `now_ns()` reading it has taken, so no task starts before its
+//!   deadline. The base of a new task's deadline may come from `deadline_base_ns()`, a reading at
+//!   or after `now_ns()` (cheaper on the system clock): later deadlines, never earlier ones.
 //! * **Locks.** The wheel's shard locks are the read side of a sharded reader–writer lock
 //!   ([`timing_wheel::ConcurrentWheel`]): `add` and `cancel` take one shard's lock; advancing
 //!   takes all of them. Then, in this order only: wheel locks → `dispatch`. No user code (a task's
 //!   `run`, or the drop of a task) ever runs under any of these locks: tasks are collected under
 //!   the locks and run, sent or dropped after release.
-//! * **Runners.** A task leaves the wheel only by being cancelled (its handle drops it), by being
-//!   handed back (shutdown), or by being dispatched: sent to the executor threads over a
-//!   crossbeam channel, or (inline mode) run by the thread that advanced the wheel. A task that
-//!   is already due when added is dispatched at once, from the adding thread.
+//! * **Runners.** A task leaves the wheel only by being cancelled (through its handle or key; the
+//!   canceller drops it), by being handed back (shutdown), or by being dispatched: sent to the
+//!   executor threads over a crossbeam channel (each batch followed by a permit on the idle
+//!   executors' semaphore), or (inline mode) run by the thread that advanced the wheel. A task
+//!   that is already due when added is dispatched at once, from the adding thread.
 //! * **Shutdown** (exactly-once accounting). 1. `stopping` is set and the reaper is woken and
 //!   joined. 2. The wheel is closed under its write side: every pending entry is handed back and
 //!   later adds fail with [`ScheduleError::Shutdown`]. 3. Shutdown waits until no advance is
@@ -27,8 +30,8 @@
 //!
 //! # State of a task
 //!
-//! `PENDING` (in the wheel) → `CANCELLED` (handle) | `HANDED_BACK` (shutdown) | `DISPATCHED`;
-//! `DISPATCHED` → `STARTED` (a runner took it; panics are caught and counted) | `HANDED_BACK`
+//! `PENDING` (in the wheel) → `CANCELLED` (handle or key) | `HANDED_BACK` (shutdown) |
+//! `DISPATCHED`; `DISPATCHED` → `STARTED` (a runner took it; panics are caught and counted) | `HANDED_BACK`
 //! (executor saw `stopping`). The wheel's shard lock decides the first transition, so a task
 //! runs at most once, and `cancel() == true` means it never runs.
 

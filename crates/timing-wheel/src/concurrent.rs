@@ -29,7 +29,8 @@
 //! # State of an entry
 //!
 //! `PENDING → FIRED` (taken out by [`WheelGuard::advance`]), `PENDING → CANCELLED`
-//! ([`EntryHandle::cancel`]), `PENDING → HANDED_BACK` ([`WheelGuard::close`]). Each transition
+//! ([`EntryHandle::cancel`], or [`ConcurrentWheel::cancel`] with a [`WheelKey`]),
+//! `PENDING → HANDED_BACK` ([`WheelGuard::close`]). Each transition
 //! happens under the entry's shard mutex and moves the value out exactly once, so exactly one of
 //! them happens to each entry.
 
@@ -129,8 +130,9 @@ pub struct Added<H> {
 /// Names one entry of a [`ConcurrentWheel`] (its shard and its [`EntryKey`] there): the
 /// allocation-free, reference-count-free alternative to an [`EntryHandle`]. `Copy`, 12 bytes.
 /// Cancel with [`ConcurrentWheel::cancel`]. A key names one entry of the wheel that issued it and
-/// never a later one; given to another wheel it names nothing useful (the caller keeps keys with
-/// their wheel).
+/// never a later one. It does not say which wheel issued it: given to another wheel, it may name
+/// an unrelated entry there, so keep keys with their wheel (`system-timer`'s `TimerKey` adds its
+/// timer's id and checks it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct WheelKey {
     shard: u32,
