@@ -213,6 +213,16 @@ impl DelayedOperation for Op {
     }
 }
 
+/// A thread that makes `probe`'s op ready and then checks `K` (what a producer does after an
+/// append); it returns how many operations that check completed.
+fn spawn_ready_check(p: &Arc<Purgatory<u8, Op>>, probe: &Probe) -> thread::JoinHandle<usize> {
+    let (p, probe) = (Arc::clone(p), probe.clone());
+    thread::spawn(move || {
+        probe.set_ready();
+        p.check_and_complete(&K)
+    })
+}
+
 /// A purgatory on a manual clock, without a reaper: its own timer is inline and expiries run in
 /// `advance`.
 fn purgatory(clock: &ManualClock) -> Purgatory<u8, Op> {
@@ -312,13 +322,7 @@ fn event_between_first_try_and_watch_is_not_lost() {
         let p = Arc::new(purgatory(&clock));
         let probe = Probe::new(1, &log);
 
-        let checker = {
-            let (p, probe) = (Arc::clone(&p), probe.clone());
-            thread::spawn(move || {
-                probe.set_ready();
-                p.check_and_complete(&K)
-            })
-        };
+        let checker = spawn_ready_check(&p, &probe);
         let w = p.try_complete_else_watch(probe.op(), LONG, &[K]).unwrap();
         let checked = checker.join().unwrap();
 
@@ -510,13 +514,7 @@ fn force_complete_races_check() {
         let w = p.try_complete_else_watch(probe.op(), LONG, &[K]).unwrap();
         assert!(!w.completed);
 
-        let checker = {
-            let (p, probe) = (Arc::clone(&p), probe.clone());
-            thread::spawn(move || {
-                probe.set_ready();
-                p.check_and_complete(&K)
-            })
-        };
+        let checker = spawn_ready_check(&p, &probe);
         let forced = w.handle.force_complete();
         let checked = checker.join().unwrap();
 
@@ -784,13 +782,7 @@ fn concurrent_checks_complete_once() {
         let w = p.try_complete_else_watch(probe.op(), LONG, &[K]).unwrap();
         assert!(!w.completed);
 
-        let checker = {
-            let (p, probe) = (Arc::clone(&p), probe.clone());
-            thread::spawn(move || {
-                probe.set_ready();
-                p.check_and_complete(&K)
-            })
-        };
+        let checker = spawn_ready_check(&p, &probe);
         let mine = p.check_and_complete(&K);
         let theirs = checker.join().unwrap();
 

@@ -139,6 +139,15 @@ fn ids(tasks: &[Probe]) -> Vec<u32> {
     tasks.iter().map(|p| p.id).collect()
 }
 
+/// The name of a cancel-versus-fire outcome.
+fn cancel_or_run(cancelled: bool) -> &'static str {
+    if cancelled {
+        "cancelled"
+    } else {
+        "ran"
+    }
+}
+
 /// Tick 1 ms, one shard, inline, no reaper: level 0 spans `wheel_size` ms.
 fn timer(clock: &ManualClock, wheel_size: usize) -> SystemTimer<Probe> {
     Builder::<Probe>::new()
@@ -241,11 +250,7 @@ fn overflow_flush_race(via: Via) {
         }
         assert_eq!(timer.len(), 0);
         timer.check_invariants();
-        if cancelled {
-            "cancelled"
-        } else {
-            "ran"
-        }
+        cancel_or_run(cancelled)
     });
 }
 
@@ -282,11 +287,7 @@ fn cancel_races_fire() {
         assert_handle(&handle, runs.len() == 1, cancelled, false);
         assert_eq!(timer.len(), 0);
         timer.check_invariants();
-        if cancelled {
-            "cancelled"
-        } else {
-            "ran"
-        }
+        cancel_or_run(cancelled)
     });
 }
 
