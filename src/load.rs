@@ -16,8 +16,6 @@
 //! generator sleeps between bursts instead of per request (no spinning, so its CPU is honest).
 #![allow(clippy::disallowed_methods)] // benchmark code: std threads and clocks on purpose
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::fmt::Write as _;
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -29,7 +27,10 @@ use std::time::{Duration, Instant};
 use purgatory::{DelayedOperation, OperationHandle, Purgatory};
 use system_timer::SystemTimer;
 
-use crate::measure::{machine_line, peak_rss_bytes, process_cpu_ns, rss_bytes};
+use crate::completion::CompletionQueue;
+use crate::measure::{
+    live_threads, machine_line, peak_rss_bytes, process_cpu_ns, rss_bytes, this_thread, ThreadUse,
+};
 use crate::rng::SplitMix64;
 
 /// How requests are completed before their timeout.
@@ -108,20 +109,30 @@ pub struct Args {
 /// completer would bounce between cores).
 struct Shared {
     start: Instant,
-    /// `on_complete` calls per request (exactly-once check).
-    completions: Vec<AtomicU8>,
-    /// Set by the completer before it checks the keys (watch model).
-    ready: Vec<AtomicBool>,
-    /// Completion time, ns since start.
-    done_ns: Vec<AtomicU64>,
-    expired: Vec<AtomicBool>,
-    /// A time (ns since start) by which the completer's call for this request had returned
-    /// (stamped once per batch, after it: an upper bound); 0 if it never acted (latency >=
-    /// timeout).
-    attempted_ns: Vec<AtomicU64>,
+    /// One slot per request.
+    slots: Vec<Slot>,
     // Totals come from the purgatory's own (per-thread striped) counters: a shared counter
     // here, bumped by the completer and the executor on every completion, cost more than the
     // purgatory's whole completion path.
+}
+
+/// What the harness records of one request: one cache line's quarter, so that completing a
+/// request touches one line of the harness's tables (four separate tables cost four cache
+/// misses per completion, a third of the completer's CPU).
+#[derive(Default)]
+#[repr(align(32))]
+struct Slot {
+    /// Completion time, ns since start.
+    done_ns: AtomicU64,
+    /// A time (ns since start) by which the completer's call for this request had returned
+    /// (stamped after it: an upper bound); 0 if it never acted (latency >= timeout).
+    attempted_ns: AtomicU64,
+    /// `on_complete` calls (exactly-once check).
+    completions: AtomicU8,
+    /// Set by the completer before it checks the keys (watch model).
+    ready: AtomicBool,
+    /// Set by `on_expiration`.
+    expired: AtomicBool,
 }
 
 struct FakeOp {
@@ -131,16 +142,28 @@ struct FakeOp {
 
 impl DelayedOperation for FakeOp {
     fn try_complete(&mut self) -> bool {
-        self.s.ready[self.id as usize].load(Relaxed)
+        self.s.slots[self.id as usize].ready.load(Relaxed)
     }
     fn on_complete(&mut self) {
-        let i = self.id as usize;
-        self.s.done_ns[i].store(self.s.start.elapsed().as_nanos() as u64, Relaxed);
-        self.s.completions[i].fetch_add(1, Relaxed);
+        let slot = &self.s.slots[self.id as usize];
+        slot.done_ns
+            .store(self.s.start.elapsed().as_nanos() as u64, Relaxed);
+        slot.completions.fetch_add(1, Relaxed);
     }
     fn on_expiration(&mut self) {
-        self.s.expired[self.id as usize].store(true, Relaxed);
+        self.s.slots[self.id as usize].expired.store(true, Relaxed);
     }
+}
+
+/// One thread (or group of threads) of a run: where the CPU went.
+#[derive(Debug, Clone, Default)]
+pub struct ThreadRow {
+    /// `generator`, `completer`, `timer` (reaper and executors) or `sampler`.
+    pub name: &'static str,
+    /// Its CPU seconds per million requests.
+    pub cpu_s_per_million: f64,
+    /// Its sleeps (wake-ups) per second.
+    pub sleeps_per_s: f64,
 }
 
 /// What one run measured.
@@ -161,6 +184,8 @@ pub struct Report {
     /// Times a thread of the process went to sleep (voluntary context switches), per second of
     /// the run: each costs a wake-up (see the `wake-cost` subcommand for its CPU price here).
     pub sleeps_per_s: f64,
+    /// CPU and sleeps of the generator, the completer, the timer's threads and the sampler.
+    pub threads: Vec<ThreadRow>,
     /// Peak RSS of the process, bytes.
     pub peak_rss: u64,
     /// Peak RSS minus the RSS before the run, divided by the peak number of pending requests.
@@ -258,22 +283,18 @@ fn normal(rng: &mut SplitMix64) -> f64 {
     (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
 }
 
-/// Completer bookkeeping: queue a batch's requests by due time, keeping their handles.
-fn take(
-    batch: Vec<(u64, u32, Option<OperationHandle<FakeOp>>)>,
-    heap: &mut BinaryHeap<Reverse<(u64, u32)>>,
-    handles: &mut Vec<Option<OperationHandle<FakeOp>>>,
-) {
+/// A request the completer waits to complete: its id and (kafka model) its handle.
+type Pending = (u32, Option<OperationHandle<FakeOp>>);
+
+/// Completer bookkeeping: queue a batch's requests by due time.
+fn take(batch: Batch, queue: &mut CompletionQueue<Pending>) {
     for (due, id, h) in batch {
-        if h.is_some() {
-            if handles.len() <= id as usize {
-                handles.resize_with(id as usize + 1, || None);
-            }
-            handles[id as usize] = h;
-        }
-        heap.push(Reverse((due, id)));
+        queue.push(due, (id, h));
     }
 }
+
+/// What the generator sends the completer: due time, id, handle.
+type Batch = Vec<(u64, u32, Option<OperationHandle<FakeOp>>)>;
 
 /// Runs W4 once with `args`.
 pub fn run_once(args: &Args) -> Report {
@@ -333,11 +354,7 @@ pub fn run_once(args: &Args) -> Report {
 
     // The per-request tables are built before the clock starts; `start` is the one time base
     // of arrivals, due times and completions.
-    let completions = (0..n).map(|_| AtomicU8::new(0)).collect();
-    let ready = (0..n).map(|_| AtomicBool::new(false)).collect();
-    let done_ns = (0..n).map(|_| AtomicU64::new(0)).collect();
-    let expired_flags = (0..n).map(|_| AtomicBool::new(false)).collect();
-    let attempted_ns = (0..n).map(|_| AtomicU64::new(0)).collect();
+    let slots = (0..n).map(|_| Slot::default()).collect();
     // The harness's own per-request tables, touched now so that they are in the baseline RSS
     // and "bytes per pending request" measures the purgatory alone.
     let mut arrivals: Vec<u64> = vec![0; n];
@@ -345,8 +362,6 @@ pub fn run_once(args: &Args) -> Report {
         .iter_mut()
         .for_each(|a| *a = std::hint::black_box(1));
     arrivals.clear();
-    let mut completer_handles: Vec<Option<OperationHandle<FakeOp>>> = Vec::new();
-    completer_handles.resize_with(n, || None);
     let mut completer_lags: Vec<u64> = vec![0; n];
     completer_lags
         .iter_mut()
@@ -355,22 +370,15 @@ pub fn run_once(args: &Args) -> Report {
     let rss0 = rss_bytes();
     let cpu0 = process_cpu_ns();
     let sleeps0 = crate::measure::live_threads_sleeps();
+    let (main0, threads0) = (this_thread(), live_threads());
     let start = Instant::now();
-    let shared: &'static Shared = Box::leak(Box::new(Shared {
-        start,
-        completions,
-        ready,
-        done_ns,
-        expired: expired_flags,
-        attempted_ns,
-    }));
+    let shared: &'static Shared = Box::leak(Box::new(Shared { start, slots }));
     let issued = Arc::new(AtomicUsize::new(0));
     let generating = Arc::new(AtomicBool::new(true));
 
     // The completer: completes each request at its intended time.
     // Batches (one per generator burst): a message per request would make the completer spin
     // and park once per request, and that CPU would be counted against the purgatory.
-    type Batch = Vec<(u64, u32, Option<OperationHandle<FakeOp>>)>;
     let (tx, rx) = crossbeam_channel::unbounded::<Batch>();
     let completer = {
         let purgatory = Arc::clone(&purgatory);
@@ -378,30 +386,29 @@ pub fn run_once(args: &Args) -> Report {
         let keys_all = Arc::clone(&keys);
         let k = args.keys;
         let tick_ns = args.completer_tick_us * 1_000;
-        let (mut handles, mut lags) = (completer_handles, completer_lags);
+        let mut lags = completer_lags;
+        let span_ms = args.timeout + 64;
         std::thread::Builder::new()
             .name("w4-completer".into())
             .spawn(move || {
-                let mut heap: BinaryHeap<Reverse<(u64, u32)>> = BinaryHeap::with_capacity(n);
+                let mut queue: CompletionQueue<Pending> = CompletionQueue::new(span_ms);
+                let mut due: Vec<(u64, Pending)> = Vec::new();
                 let mut acted: Vec<u32> = Vec::new();
                 let mut open = true;
                 loop {
                     let now = start.elapsed().as_nanos() as u64;
-                    while let Some(&Reverse((due, id))) = heap.peek() {
-                        if due > now {
-                            break;
-                        }
-                        heap.pop();
-                        lags.push(now - due);
+                    queue.pop_due(now, &mut due);
+                    for (due_ns, (id, handle)) in due.drain(..) {
+                        lags.push(now - due_ns);
                         acted.push(id);
                         match model {
                             Model::Kafka => {
-                                if let Some(h) = handles[id as usize].take() {
+                                if let Some(h) = handle {
                                     h.force_complete();
                                 }
                             }
                             Model::Watch => {
-                                shared.ready[id as usize].store(true, Relaxed);
+                                shared.slots[id as usize].ready.store(true, Relaxed);
                                 let ks = &keys_all[id as usize * k..(id as usize + 1) * k];
                                 for key in ks {
                                     purgatory.check_and_complete(key);
@@ -412,30 +419,30 @@ pub fn run_once(args: &Args) -> Report {
                     if !acted.is_empty() {
                         let end = start.elapsed().as_nanos() as u64;
                         for id in acted.drain(..) {
-                            shared.attempted_ns[id as usize].store(end, Relaxed);
+                            shared.slots[id as usize].attempted_ns.store(end, Relaxed);
                         }
                     }
                     // Take what the generator sent (non-blocking), then sleep until the next
                     // request is due, but at least one completer tick: waking per request (every
                     // ~10 µs at 100k/s) would cost more CPU than the purgatory itself.
                     for batch in rx.try_iter() {
-                        take(batch, &mut heap, &mut handles);
+                        take(batch, &mut queue);
                     }
                     let now = start.elapsed().as_nanos() as u64;
-                    match heap.peek() {
-                        Some(&Reverse((due, _))) if due <= now => continue,
-                        Some(&Reverse((due, _))) => {
+                    match queue.next_due_ns() {
+                        Some(due) if due <= now => continue,
+                        Some(due) => {
                             std::thread::sleep(Duration::from_nanos((due - now).max(tick_ns)));
                         }
                         None if open => match rx.recv() {
-                            Ok(b) => take(b, &mut heap, &mut handles),
+                            Ok(b) => take(b, &mut queue),
                             Err(_) => open = false,
                         },
                         None => break,
                     }
                 }
                 // Its sleeps, read before it exits (an exited thread leaves /proc/self/task).
-                (lags, crate::measure::thread_sleeps())
+                (lags, this_thread())
             })
             .expect("spawn completer")
     };
@@ -486,7 +493,7 @@ pub fn run_once(args: &Args) -> Report {
                         if tty && every > 0.0 {
                             eprintln!();
                         }
-                        return (peak, series);
+                        return (peak, series, this_thread());
                     }
                 }
             })
@@ -530,7 +537,7 @@ pub fn run_once(args: &Args) -> Report {
     let gen_end = start.elapsed();
     generating.store(false, Relaxed);
     drop(tx);
-    let (lags, completer_sleeps) = completer.join().expect("completer");
+    let (lags, completer_use) = completer.join().expect("completer");
     // Wait (generously) until every request has completed one way or the other.
     let deadline = Instant::now() + timeout + Duration::from_secs(30);
     while purgatory.stats().completed < n as u64 && Instant::now() < deadline {
@@ -538,26 +545,54 @@ pub fn run_once(args: &Args) -> Report {
     }
     let elapsed = start.elapsed();
     let cpu = process_cpu_ns() - cpu0;
-    let sleeps = (crate::measure::live_threads_sleeps() + completer_sleeps).saturating_sub(sleeps0);
-    let (peak_pending, rate_series) = sampler.join().unwrap_or_default();
+    let sleeps =
+        (crate::measure::live_threads_sleeps() + completer_use.sleeps).saturating_sub(sleeps0);
+    let (main1, threads1) = (this_thread(), live_threads());
+    let (peak_pending, rate_series, sampler_use) = sampler.join().unwrap_or_default();
+    // The timer's threads (reaper, executors): alive before the start, so counted from there.
+    let mut timer_use = ThreadUse::default();
+    for (tid, name, u) in &threads1 {
+        if name.starts_with("w4-reaper") || name.starts_with("w4-executor") {
+            let before = threads0.iter().find(|t| t.0 == *tid).map(|t| t.2);
+            let before = before.unwrap_or_default();
+            timer_use.cpu_ns += u.cpu_ns.saturating_sub(before.cpu_ns);
+            timer_use.sleeps += u.sleeps.saturating_sub(before.sleeps);
+        }
+    }
+    let generator_use = ThreadUse {
+        cpu_ns: main1.cpu_ns.saturating_sub(main0.cpu_ns),
+        sleeps: main1.sleeps.saturating_sub(main0.sleeps),
+    };
+    let secs = elapsed.as_secs_f64().max(1e-9);
+    let row = |name: &'static str, u: ThreadUse| ThreadRow {
+        name,
+        cpu_s_per_million: u.cpu_ns as f64 / 1e9 / n as f64 * 1e6,
+        sleeps_per_s: u.sleeps as f64 / secs,
+    };
+    let threads = vec![
+        row("generator", generator_use),
+        row("completer", completer_use),
+        row("timer", timer_use),
+        row("sampler", sampler_use),
+    ];
     let peak_rss = peak_rss_bytes();
     let purges = purgatory.stats().purges;
     drop(purgatory);
     let _ = timer.shutdown();
 
     let not_exactly_once = shared
-        .completions
+        .slots
         .iter()
-        .filter(|c| c.load(Relaxed) != 1)
+        .filter(|c| c.completions.load(Relaxed) != 1)
         .count();
     let mut delays = Vec::with_capacity(n);
     let mut expired = 0;
     for i in 0..n {
-        let done = shared.done_ns[i].load(Relaxed);
+        let done = shared.slots[i].done_ns.load(Relaxed);
         if done == 0 {
             continue;
         }
-        let exp = shared.expired[i].load(Relaxed);
+        let exp = shared.slots[i].expired.load(Relaxed);
         expired += usize::from(exp);
         let intended = arrivals[i]
             + if exp {
@@ -584,7 +619,8 @@ pub fn run_once(args: &Args) -> Report {
         achieved_rate: achieved,
         elapsed_s: elapsed.as_secs_f64(),
         cpu_s_per_million: cpu as f64 / 1e9 / n as f64 * 1e6,
-        sleeps_per_s: sleeps as f64 / elapsed.as_secs_f64().max(1e-9),
+        sleeps_per_s: sleeps as f64 / secs,
+        threads,
         peak_rss,
         bytes_per_pending: peak_rss.saturating_sub(rss0) as f64 / peak_pending.max(1) as f64,
         peak_pending,
@@ -608,17 +644,19 @@ pub fn run_once(args: &Args) -> Report {
         delays,
     };
     report.completed_early = (0..n)
-        .filter(|&i| shared.completions[i].load(Relaxed) == 1 && !shared.expired[i].load(Relaxed))
+        .filter(|&i| {
+            shared.slots[i].completions.load(Relaxed) == 1 && !shared.slots[i].expired.load(Relaxed)
+        })
         .count();
     report.wrong_outcome = (0..n)
         .filter(|&i| {
-            if shared.completions[i].load(Relaxed) != 1 {
+            if shared.slots[i].completions.load(Relaxed) != 1 {
                 return false; // counted by the exactly-once check
             }
-            let expired = shared.expired[i].load(Relaxed);
+            let expired = shared.slots[i].expired.load(Relaxed);
             let deadline = arrivals[i] + timeout_ns;
-            let done = shared.done_ns[i].load(Relaxed);
-            let acted = shared.attempted_ns[i].load(Relaxed);
+            let done = shared.slots[i].done_ns.load(Relaxed);
+            let acted = shared.slots[i].attempted_ns.load(Relaxed);
             let must_expire = latency_ns[i] >= timeout_ns;
             (must_expire && !expired)
                 || (expired && done < deadline)
@@ -661,6 +699,19 @@ fn print_table(args: &Args, r: &Report) {
         (
             "thread sleeps (wake-ups) per second",
             format!("{:.0}", r.sleeps_per_s),
+        ),
+        (
+            "  by thread: CPU s/M (sleeps/s)",
+            r.threads
+                .iter()
+                .map(|t| {
+                    format!(
+                        "{} {:.2} ({:.0})",
+                        t.name, t.cpu_s_per_million, t.sleeps_per_s
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
         ),
         ("peak RSS (MB)", format!("{:.1}", r.peak_rss as f64 / 1e6)),
         ("peak pending requests", r.peak_pending.to_string()),
@@ -738,6 +789,20 @@ fn to_json(args: &Args, r: &Report) -> String {
     field("elapsed_s", format!("{:.3}", r.elapsed_s));
     field("cpu_s_per_million", format!("{:.3}", r.cpu_s_per_million));
     field("sleeps_per_s", format!("{:.1}", r.sleeps_per_s));
+    field(
+        "threads",
+        format!(
+            "{{{}}}",
+            r.threads
+                .iter()
+                .map(|t| format!(
+                    "\"{}\":{{\"cpu_s_per_million\":{:.3},\"sleeps_per_s\":{:.1}}}",
+                    t.name, t.cpu_s_per_million, t.sleeps_per_s
+                ))
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
+    );
     field("peak_rss_bytes", r.peak_rss.to_string());
     field("peak_pending", r.peak_pending.to_string());
     field("bytes_per_pending", format!("{:.1}", r.bytes_per_pending));

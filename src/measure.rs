@@ -52,6 +52,48 @@ fn threads_cpu_ns(skip: Option<&std::ffi::OsStr>) -> u64 {
     live
 }
 
+/// What one thread has used so far: CPU time (schedstat run time, ns) and sleeps (voluntary
+/// context switches).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadUse {
+    /// On-CPU nanoseconds.
+    pub cpu_ns: u64,
+    /// Times it went to sleep (each one a wake-up later).
+    pub sleeps: u64,
+}
+
+/// The calling thread's [`ThreadUse`] so far.
+pub fn this_thread() -> ThreadUse {
+    thread_use(std::path::Path::new("/proc/thread-self"))
+}
+
+/// Every live thread of the process: its id, its name (`comm`, at most 15 bytes) and its
+/// [`ThreadUse`] so far.
+pub fn live_threads() -> Vec<(u64, String, ThreadUse)> {
+    let mut out = Vec::new();
+    if let Ok(dir) = fs::read_dir("/proc/self/task") {
+        for task in dir.flatten() {
+            let Some(tid) = task.file_name().to_str().and_then(|t| t.parse().ok()) else {
+                continue;
+            };
+            let path = task.path();
+            let name = fs::read_to_string(path.join("comm")).unwrap_or_default();
+            out.push((tid, name.trim_end().to_string(), thread_use(&path)));
+        }
+    }
+    out
+}
+
+fn thread_use(task: &std::path::Path) -> ThreadUse {
+    ThreadUse {
+        cpu_ns: fs::read_to_string(task.join("schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
+            .unwrap_or(0),
+        sleeps: status_field(&task.join("status"), "voluntary_ctxt_switches:"),
+    }
+}
+
 /// Voluntary context switches (a thread going to sleep: every wake-up costs one) of the threads
 /// alive now, summed over `/proc/self/task/*/status`.
 pub fn live_threads_sleeps() -> u64 {
@@ -62,14 +104,6 @@ pub fn live_threads_sleeps() -> u64 {
         }
     }
     total
-}
-
-/// Voluntary context switches of the calling thread so far.
-pub fn thread_sleeps() -> u64 {
-    status_field(
-        std::path::Path::new("/proc/thread-self/status"),
-        "voluntary_ctxt_switches:",
-    )
 }
 
 /// The number after `field` in a `/proc` status file (0 if missing).
@@ -179,14 +213,23 @@ mod tests {
 
     #[test]
     fn cpu_time_grows_with_work() {
-        let a = process_cpu_ns();
+        // The thread's own reading is exact; the process's includes it. (Comparing two process
+        // readings is not: a test thread exiting in between moves its time from the exact
+        // per-thread sum to /proc/self/stat's 10 ms ticks.)
+        let (a, sleeps) = (thread_cpu_ns(), this_thread().sleeps);
         let mut x = 0u64;
         for i in 0..20_000_000u64 {
             x = x.wrapping_mul(31).wrapping_add(i);
         }
         std::hint::black_box(x);
-        assert!(process_cpu_ns() > a);
-        assert!(thread_cpu_ns() > 0);
+        let b = thread_cpu_ns();
+        assert!(b > a, "{b} > {a}");
+        assert!(process_cpu_ns() >= b);
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(this_thread().sleeps > sleeps, "a sleep is counted");
+        assert!(this_thread().cpu_ns >= b);
+        let me = live_threads();
+        assert!(me.iter().any(|(_, _, u)| u.cpu_ns >= b), "this thread is listed");
         assert!(peak_rss_bytes() >= rss_bytes() / 2 && rss_bytes() > 0);
     }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use system_timer::{Clock, ScheduleError, SystemTimer, Task};
 
 use crate::error::WatchError;
-use crate::operation::{Counters, DelayedOperation, OpCell, OperationHandle};
+use crate::operation::{Common, DelayedOperation, OpCell, OperationHandle};
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::Arc;
 use crate::watchers::WatchMap;
@@ -62,7 +62,7 @@ struct Inner<K, Op> {
     watchers: Arc<WatchMap<K, Op>>,
     timer: Arc<SystemTimer>,
     own_timer: bool,
-    counters: Arc<Counters>,
+    common: Arc<Common>,
     purge_scheduled: Arc<AtomicBool>,
     purges: Arc<AtomicU64>,
     accepted: AtomicU64,
@@ -189,7 +189,12 @@ where
         self
     }
 
-    /// Sweep the watch lists after this many watched operations completed (default 1000).
+    /// Sweep the watch lists after this many watched operations completed (default 1000,
+    /// Kafka's `purgatory.purge.interval.requests`), and no sooner than that many completed as
+    /// are still delayed: a sweep visits every entry, so this keeps its cost at most two entry
+    /// visits per entry removed however many operations wait (Kafka walks them all every
+    /// interval), and holds the empty cells awaiting a sweep to at most
+    /// `max(n, delayed operations)` (each cell's operation was already dropped at completion).
     pub fn purge_interval(mut self, n: usize) -> Self {
         self.purge_interval = n.max(1);
         self
@@ -222,13 +227,14 @@ where
             }
             Arc::new(b.build())
         });
+        let common = Arc::new(Common::new(Arc::clone(&timer), self.purge_interval));
         Purgatory {
             inner: Arc::new(Inner {
                 name: self.name,
                 watchers: Arc::new(WatchMap::new(self.shards)),
                 timer,
                 own_timer,
-                counters: Arc::new(Counters::new(self.purge_interval)),
+                common,
                 purge_scheduled: Arc::new(AtomicBool::new(false)),
                 purges: Arc::new(AtomicU64::new(0)),
                 accepted: AtomicU64::new(0),
@@ -302,7 +308,7 @@ where
             return Err(WatchError::Shutdown(op));
         }
         inner.accepted.fetch_add(1, Ordering::Relaxed);
-        let cell = Arc::new(OpCell::new(op, Arc::clone(&inner.counters)));
+        let cell = Arc::new(OpCell::new(op, Arc::clone(&inner.common)));
         let handle = OperationHandle {
             cell: Arc::clone(&cell),
         };
@@ -334,10 +340,10 @@ where
         }
         // Still pending: arm the timer in the same lock hold. The expiry task takes this lock,
         // so it cannot run before the handle is stored.
-        match inner.timer.add(timeout, expiry_task(&cell)) {
-            Ok(timer) => {
-                st.timer = Some(timer);
-                inner.counters.delayed_add(1);
+        match inner.timer.add_keyed(timeout, expiry_task(&cell)) {
+            Ok(key) => {
+                st.timer = Some(key);
+                inner.common.delayed_add(1);
             }
             Err(ScheduleError::Shutdown(_) | ScheduleError::Full(_)) => {
                 // The timer refused: never leave an operation that can no longer expire.
@@ -407,9 +413,9 @@ where
             if cell.is_completed() {
                 continue;
             }
-            if let Some(timer) = st.timer.take() {
-                timer.cancel();
-                self.inner.counters.delayed_add(-1);
+            if let Some(key) = st.timer.take() {
+                self.inner.timer.cancel(key);
+                self.inner.common.delayed_add(-1);
             }
             drop(st);
             out.push(OperationHandle {
@@ -430,7 +436,7 @@ where
     /// updated by the completing call before it returns.
     #[doc(alias = "numDelayed")]
     pub fn delayed(&self) -> usize {
-        self.inner.counters.delayed()
+        self.inner.common.delayed()
     }
 
     /// Drives the purgatory's timer to the clock's time (for purgatories built with
@@ -448,7 +454,7 @@ where
     /// A snapshot of the counters.
     pub fn stats(&self) -> PurgatoryStats {
         let inner = &self.inner;
-        let c = &inner.counters;
+        let c = &inner.common;
         PurgatoryStats {
             accepted: inner.accepted.load(Ordering::Relaxed),
             completed: c.completed() as u64,
@@ -463,11 +469,12 @@ where
 
     /// Sweeps every watch list now (the purge the purgatory otherwise triggers by count: it is
     /// scheduled by `try_complete_else_watch` and by checks that complete something, once
-    /// `purge_interval` watched operations have completed; operations completed only by force or
+    /// `purge_interval` watched operations, and at least as many as are still delayed, have
+    /// completed; operations completed only by force or
     /// expiry while no other call comes leave their empty cells until the next such call).
     /// Returns the number of completed entries removed.
     pub fn purge(&self) -> usize {
-        self.inner.counters.reset_garbage();
+        self.inner.common.reset_garbage();
         self.inner.purges.fetch_add(1, Ordering::Relaxed);
         self.inner.watchers.purge()
     }
@@ -504,7 +511,7 @@ where
     /// operations completed.
     fn maybe_purge(&self) {
         let inner = &self.inner;
-        if !inner.counters.take_purge_due() || inner.purge_scheduled.swap(true, Ordering::AcqRel) {
+        if !inner.common.take_purge_due() || inner.purge_scheduled.swap(true, Ordering::AcqRel) {
             return;
         }
         let watchers = Arc::clone(&inner.watchers);
@@ -575,7 +582,7 @@ where
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Purgatory")
             .field("name", &self.inner.name)
-            .field("delayed", &self.inner.counters.delayed())
+            .field("delayed", &self.inner.common.delayed())
             .finish()
     }
 }

@@ -477,8 +477,9 @@ fn shutdown_hands_back_pending_operations_and_refuses_new_ones() {
     assert!(fresh.events().is_empty(), "a refused op is untouched");
 }
 
-/// The purge is count-triggered: after `purge_interval` watched operations complete, a purge
-/// runs at the next advance of a hand-driven purgatory and sweeps every empty cell.
+/// The purge is count-triggered: once `purge_interval` watched operations, and at least as many
+/// as are still delayed, have completed, a purge runs at the next advance of a hand-driven
+/// purgatory and sweeps every empty cell.
 #[test]
 fn count_triggered_purge_runs_when_a_manual_purgatory_advances() {
     let clock = ManualClock::new(0);
@@ -492,22 +493,33 @@ fn count_triggered_purge_runs_when_a_manual_purgatory_advances() {
         p.try_complete_else_watch(probe.op(), LONG, &["a", "b"])
             .unwrap();
     }
-    // Complete 12 through "a" one by one (each check completes one, below the sweep ratio on
-    // "b", which is never checked).
-    for probe in probes.iter().take(12) {
+    // Complete 19 through "a" one by one (each check completes one, below the sweep ratio on
+    // "b", which is never checked): past the interval (10), but fewer than the 21 still
+    // delayed, so no purge yet.
+    let complete = |probe: &Probe| {
         probe.set_ready();
         assert_eq!(p.check_and_complete(&"a"), 1);
-    }
+    };
+    probes.iter().take(19).for_each(complete);
+    p.advance();
+    assert_eq!(p.stats().purges, 0, "19 completed, 21 delayed: not due");
     let before = p.watched();
-    assert!(before >= 40 + 28, "b still holds all 40 entries: {before}");
-    assert_eq!(p.stats().purges, 0);
-    p.advance(); // runs the purge task the crossing of the interval scheduled
+    assert!(before >= 40 + 21, "b still holds all 40 entries: {before}");
+    complete(&probes[19]); // 20 completed, 20 delayed
+    p.advance(); // runs the purge task the crossing scheduled
     assert_eq!(p.stats().purges, 1);
     assert_eq!(
         p.watched(),
-        56,
-        "28 pending on each key, all empty cells swept"
+        40,
+        "20 pending on each key, all empty cells swept"
     );
+    // With few delayed, the interval alone decides (Kafka's rule): 10 more completions.
+    probes[20..29].iter().for_each(complete);
+    p.advance();
+    assert_eq!(p.stats().purges, 1, "9 since the last purge");
+    complete(&probes[29]);
+    p.advance();
+    assert_eq!(p.stats().purges, 2, "10 since the last purge, 10 delayed");
     p.check_invariants();
 }
 
