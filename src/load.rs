@@ -20,7 +20,7 @@ use std::fmt::Write as _;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -158,7 +158,8 @@ impl DelayedOperation for FakeOp {
 /// One thread (or group of threads) of a run: where the CPU went.
 #[derive(Debug, Clone, Default)]
 pub struct ThreadRow {
-    /// `generator`, `completer`, `timer` (reaper and executors) or `sampler`.
+    /// `generator` (which also samples the progress), `completer`, or `timer` (its reaper and
+    /// executors).
     pub name: &'static str,
     /// Its CPU seconds per million requests.
     pub cpu_s_per_million: f64,
@@ -184,7 +185,7 @@ pub struct Report {
     /// Times a thread of the process went to sleep (voluntary context switches), per second of
     /// the run: each costs a wake-up (see the `wake-cost` subcommand for its CPU price here).
     pub sleeps_per_s: f64,
-    /// CPU and sleeps of the generator, the completer, the timer's threads and the sampler.
+    /// CPU and sleeps of the generator, the completer and the timer's threads.
     pub threads: Vec<ThreadRow>,
     /// Peak RSS of the process, bytes.
     pub peak_rss: u64,
@@ -296,6 +297,77 @@ fn take(batch: Batch, queue: &mut CompletionQueue<Pending>) {
 /// What the generator sends the completer: due time, id, handle.
 type Batch = Vec<(u64, u32, Option<OperationHandle<FakeOp>>)>;
 
+/// The progress display and the samples taken during a run (peak pending, issue rate per
+/// 100 ms), polled by whichever thread is awake: at most once per 10 ms of the run.
+struct Sampler {
+    every_s: f64,
+    tty: bool,
+    next_sample_ns: u64,
+    next_print_s: f64,
+    last_issued: usize,
+    peak: usize,
+    series: Vec<f64>,
+    printed: bool,
+}
+
+impl Sampler {
+    fn new(every_s: f64) -> Self {
+        Sampler {
+            every_s,
+            tty: std::io::stderr().is_terminal(),
+            next_sample_ns: 10_000_000,
+            next_print_s: every_s,
+            last_issued: 0,
+            peak: 0,
+            series: Vec::new(),
+            printed: false,
+        }
+    }
+
+    /// At `now_ns` into the run, with `issued` requests issued so far.
+    fn poll(&mut self, now_ns: u64, issued: usize, purgatory: &Purgatory<u32, FakeOp>) {
+        if now_ns < self.next_sample_ns {
+            return;
+        }
+        self.next_sample_ns = now_ns - now_ns % 10_000_000 + 10_000_000;
+        self.peak = self.peak.max(purgatory.delayed());
+        // The issue rate of each whole 100 ms window passed (spread evenly over the windows
+        // that passed since the last sample, if more than one did).
+        let windows = (now_ns / 100_000_000).saturating_sub(self.series.len() as u64);
+        if windows > 0 {
+            let rate = (issued - self.last_issued) as f64 * 10.0 / windows as f64;
+            self.series
+                .extend(std::iter::repeat_n(rate, windows as usize));
+            self.last_issued = issued;
+        }
+        let t = now_ns as f64 / 1e9;
+        if self.every_s > 0.0 && t >= self.next_print_s {
+            self.next_print_s += self.every_s;
+            let st = purgatory.stats();
+            let line = format!(
+                "[{t:6.1}s] issued {issued:>9}  rate {:>9.0}/s  pending {:>7}  completed {:>9}  expired {:>7}",
+                issued as f64 / t,
+                purgatory.delayed(),
+                st.completed,
+                st.expired,
+            );
+            self.printed = true;
+            if self.tty {
+                eprint!("\r{line}");
+            } else {
+                eprintln!("{line}");
+            }
+        }
+    }
+
+    /// Ends the progress display.
+    fn finish(&self) {
+        if self.tty && self.printed {
+            eprintln!();
+        }
+    }
+}
+
 /// Runs W4 once with `args`.
 pub fn run_once(args: &Args) -> Report {
     let n = args.num;
@@ -373,8 +445,6 @@ pub fn run_once(args: &Args) -> Report {
     let (main0, threads0) = (this_thread(), live_threads());
     let start = Instant::now();
     let shared: &'static Shared = Box::leak(Box::new(Shared { start, slots }));
-    let issued = Arc::new(AtomicUsize::new(0));
-    let generating = Arc::new(AtomicBool::new(true));
 
     // The completer: completes each request at its intended time.
     // Batches (one per generator burst): a message per request would make the completer spin
@@ -447,58 +517,10 @@ pub fn run_once(args: &Args) -> Report {
             .expect("spawn completer")
     };
 
-    // The sampler: progress lines, peak pending, the issue-rate series.
-    let sampler = {
-        let (purgatory, issued, generating) =
-            (purgatory.clone(), issued.clone(), generating.clone());
-        let every = args.progress;
-        let tty = std::io::stderr().is_terminal();
-        std::thread::Builder::new()
-            .name("w4-sampler".into())
-            .spawn(move || {
-                let mut peak = 0usize;
-                let mut series = Vec::new();
-                let mut last_issued = 0usize;
-                let mut next_print = every;
-                let mut tick = 0u64;
-                loop {
-                    std::thread::sleep(Duration::from_millis(10));
-                    tick += 1;
-                    peak = peak.max(purgatory.delayed());
-                    let is = issued.load(Relaxed);
-                    if tick % 10 == 0 {
-                        series.push((is - last_issued) as f64 * 10.0);
-                        last_issued = is;
-                    }
-                    let t = start.elapsed().as_secs_f64();
-                    if every > 0.0 && t >= next_print {
-                        next_print += every;
-                        let st = purgatory.stats();
-                        let line = format!(
-                            "[{t:6.1}s] issued {is:>9}  rate {:>9.0}/s  pending {:>7}  completed {:>9}  expired {:>7}",
-                            is as f64 / t,
-                            purgatory.delayed(),
-                            st.completed,
-                            st.expired,
-                        );
-                        if tty {
-                            eprint!("\r{line}");
-                        } else {
-                            eprintln!("{line}");
-                        }
-                    }
-                    if !generating.load(Relaxed)
-                        && purgatory.stats().completed >= issued.load(Relaxed) as u64
-                    {
-                        if tty && every > 0.0 {
-                            eprintln!();
-                        }
-                        return (peak, series, this_thread());
-                    }
-                }
-            })
-            .expect("spawn sampler")
-    };
+    // Progress lines, peak pending and the issue-rate series are sampled by the generator
+    // between bursts (and by this thread while it waits at the end): a sampler thread of its
+    // own cost a wake-up every 10 ms, counted against the purgatory.
+    let mut sampler = Sampler::new(args.progress);
 
     // The generator (this thread): sleeps until the next arrival when it is more than 1 ms
     // away, otherwise issues every request already due, in a burst.
@@ -513,6 +535,10 @@ pub fn run_once(args: &Args) -> Report {
             }
             std::thread::sleep(Duration::from_nanos(arrival_ns - issue_ns));
             issue_ns = start.elapsed().as_nanos() as u64;
+            sampler.poll(issue_ns, i, &purgatory);
+        } else if i % 1024 == 0 {
+            // Not sleeping (a rate above what it can issue): sample anyway.
+            sampler.poll(issue_ns, i, &purgatory);
         }
         arrivals.push(issue_ns);
         let op = FakeOp {
@@ -529,26 +555,26 @@ pub fn run_once(args: &Args) -> Report {
                 let _ = tx.send(std::mem::take(&mut batch));
             }
         }
-        issued.store(i + 1, Relaxed);
     }
     if !batch.is_empty() {
         let _ = tx.send(batch);
     }
     let gen_end = start.elapsed();
-    generating.store(false, Relaxed);
     drop(tx);
-    let (lags, completer_use) = completer.join().expect("completer");
     // Wait (generously) until every request has completed one way or the other.
     let deadline = Instant::now() + timeout + Duration::from_secs(30);
     while purgatory.stats().completed < n as u64 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(1));
+        sampler.poll(start.elapsed().as_nanos() as u64, n, &purgatory);
     }
+    let (lags, completer_use) = completer.join().expect("completer");
+    sampler.finish();
     let elapsed = start.elapsed();
     let cpu = process_cpu_ns() - cpu0;
     let sleeps =
         (crate::measure::live_threads_sleeps() + completer_use.sleeps).saturating_sub(sleeps0);
     let (main1, threads1) = (this_thread(), live_threads());
-    let (peak_pending, rate_series, sampler_use) = sampler.join().unwrap_or_default();
+    let (peak_pending, rate_series) = (sampler.peak, sampler.series);
     // The timer's threads (reaper, executors): alive before the start, so counted from there.
     let mut timer_use = ThreadUse::default();
     for (tid, name, u) in &threads1 {
@@ -573,7 +599,6 @@ pub fn run_once(args: &Args) -> Report {
         row("generator", generator_use),
         row("completer", completer_use),
         row("timer", timer_use),
-        row("sampler", sampler_use),
     ];
     let peak_rss = peak_rss_bytes();
     let purges = purgatory.stats().purges;

@@ -229,7 +229,10 @@ mod tests {
         assert!(this_thread().sleeps > sleeps, "a sleep is counted");
         assert!(this_thread().cpu_ns >= b);
         let me = live_threads();
-        assert!(me.iter().any(|(_, _, u)| u.cpu_ns >= b), "this thread is listed");
+        assert!(
+            me.iter().any(|(_, _, u)| u.cpu_ns >= b),
+            "this thread is listed"
+        );
         assert!(peak_rss_bytes() >= rss_bytes() / 2 && rss_bytes() > 0);
     }
 
