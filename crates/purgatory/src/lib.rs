@@ -39,6 +39,10 @@
 //!   (expiry takes the operation's lock: Kafka's 2025 fix).
 //! * A completed operation is dropped at once, not when its other keys are next checked or
 //!   purged (KAFKA-19389 / KAFKA-19763); its empty cell is swept later.
+//! * While no key is checked, the count-triggered purge waits until the completed operations
+//!   also reach the delayed ones, so a sweep walks at most two entries per entry it removes
+//!   (Kafka walks every pending entry each `purge_interval` completions: six per removal at
+//!   5,000 pending); while keys are checked, it runs at the interval, as Kafka's does.
 //! * Completion disarms the timer before the completing call returns: [`Purgatory::delayed`] is
 //!   exact.
 //! * Time comes from the timer's clock: a purgatory on a manual clock with no reaper thread is

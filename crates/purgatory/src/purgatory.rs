@@ -190,11 +190,13 @@ where
     }
 
     /// Sweep the watch lists after this many watched operations completed (default 1000,
-    /// Kafka's `purgatory.purge.interval.requests`), and no sooner than that many completed as
-    /// are still delayed: a sweep visits every entry, so this keeps its cost at most two entry
-    /// visits per entry removed however many operations wait (Kafka walks them all every
-    /// interval), and holds the empty cells awaiting a sweep to at most
-    /// `max(n, delayed operations)` (each cell's operation was already dropped at completion).
+    /// Kafka's `purgatory.purge.interval.requests`). While no key is checked (operations
+    /// completed only by force or expiry), the sweep also waits until as many completed as are
+    /// still delayed: it visits every entry, so this keeps its cost at most two entry visits per
+    /// entry removed however many operations wait (Kafka walks them all every interval), and
+    /// holds the empty cells awaiting it to `max(n, delayed operations)` (each cell's operation
+    /// was already dropped at completion). Checks walk the empty cells of their key too, so
+    /// while keys are checked the interval alone decides, as in Kafka.
     pub fn purge_interval(mut self, n: usize) -> Self {
         self.purge_interval = n.max(1);
         self
@@ -367,6 +369,7 @@ where
     #[doc(alias = "checkAndComplete")]
     pub fn check_and_complete(&self, key: &K) -> usize {
         let inner = &self.inner;
+        inner.common.note_check();
         let Some(list) = inner.watchers.snapshot(key) else {
             return 0;
         };
@@ -469,8 +472,8 @@ where
 
     /// Sweeps every watch list now (the purge the purgatory otherwise triggers by count: it is
     /// scheduled by `try_complete_else_watch` and by checks that complete something, once
-    /// `purge_interval` watched operations, and at least as many as are still delayed, have
-    /// completed; operations completed only by force or
+    /// `purge_interval` watched operations have completed (and, while no key is checked, at least
+    /// as many as are still delayed); operations completed only by force or
     /// expiry while no other call comes leave their empty cells until the next such call).
     /// Returns the number of completed entries removed.
     pub fn purge(&self) -> usize {

@@ -477,8 +477,8 @@ fn shutdown_hands_back_pending_operations_and_refuses_new_ones() {
     assert!(fresh.events().is_empty(), "a refused op is untouched");
 }
 
-/// The purge is count-triggered: once `purge_interval` watched operations, and at least as many
-/// as are still delayed, have completed, a purge runs at the next advance of a hand-driven
+/// The purge is count-triggered: while keys are checked, once `purge_interval` watched
+/// operations have completed (Kafka's rule), a purge runs at the next advance of a hand-driven
 /// purgatory and sweeps every empty cell.
 #[test]
 fn count_triggered_purge_runs_when_a_manual_purgatory_advances() {
@@ -493,33 +493,65 @@ fn count_triggered_purge_runs_when_a_manual_purgatory_advances() {
         p.try_complete_else_watch(probe.op(), LONG, &["a", "b"])
             .unwrap();
     }
-    // Complete 19 through "a" one by one (each check completes one, below the sweep ratio on
-    // "b", which is never checked): past the interval (10), but fewer than the 21 still
-    // delayed, so no purge yet.
-    let complete = |probe: &Probe| {
+    // Complete 12 through "a" one by one (each check completes one, below the sweep ratio on
+    // "b", which is never checked).
+    for probe in probes.iter().take(12) {
         probe.set_ready();
         assert_eq!(p.check_and_complete(&"a"), 1);
-    };
-    probes.iter().take(19).for_each(complete);
-    p.advance();
-    assert_eq!(p.stats().purges, 0, "19 completed, 21 delayed: not due");
+    }
     let before = p.watched();
-    assert!(before >= 40 + 21, "b still holds all 40 entries: {before}");
-    complete(&probes[19]); // 20 completed, 20 delayed
-    p.advance(); // runs the purge task the crossing scheduled
+    assert!(before >= 40 + 28, "b still holds all 40 entries: {before}");
+    assert_eq!(p.stats().purges, 0);
+    p.advance(); // runs the purge task the crossing of the interval scheduled
     assert_eq!(p.stats().purges, 1);
     assert_eq!(
         p.watched(),
-        40,
-        "20 pending on each key, all empty cells swept"
+        56,
+        "28 pending on each key, all empty cells swept"
     );
-    // With few delayed, the interval alone decides (Kafka's rule): 10 more completions.
-    probes[20..29].iter().for_each(complete);
-    p.advance();
-    assert_eq!(p.stats().purges, 1, "9 since the last purge");
-    complete(&probes[29]);
-    p.advance();
-    assert_eq!(p.stats().purges, 2, "10 since the last purge, 10 delayed");
+    p.check_invariants();
+}
+
+/// While no key is checked (operations completed by force, as in Kafka's benchmark), the purge
+/// also waits until the completed operations reach the delayed ones: walking every pending
+/// entry to drop a few would cost more than the empty cells do.
+#[test]
+fn without_checks_the_purge_waits_until_the_garbage_reaches_the_delayed_count() {
+    let clock = ManualClock::new(0);
+    let p: Purgatory<&str, Op> = Purgatory::builder()
+        .clock(clock.clone())
+        .reaper(false)
+        .purge_interval(10)
+        .build();
+    let probes: Vec<Probe> = (0..40).map(|_| Probe::default()).collect();
+    let handles: Vec<_> = probes
+        .iter()
+        .map(|probe| {
+            p.try_complete_else_watch(probe.op(), LONG, &["a", "b"])
+                .unwrap()
+                .handle
+        })
+        .collect();
+    // A purge is scheduled by the next watch or completing check after it became due.
+    let trigger = |p: &Purgatory<&str, Op>| {
+        let never = Probe::default();
+        p.try_complete_else_watch(never.op(), LONG, &["c"]).unwrap();
+        p.advance();
+    };
+    // 19 forced: past the interval (10), fewer than the 21 still delayed.
+    for h in &handles[..19] {
+        assert!(h.force_complete());
+    }
+    trigger(&p); // (one more delayed, on "c")
+    assert_eq!(p.stats().purges, 0, "19 completed, 21 delayed: not due");
+    assert_eq!(p.watched(), 80 + 1, "every empty cell still listed");
+    assert!(handles[19].force_complete());
+    trigger(&p);
+    assert_eq!(p.stats().purges, 0, "20 completed, 21 delayed: not due");
+    assert!(handles[20].force_complete());
+    trigger(&p);
+    assert_eq!(p.stats().purges, 1, "21 completed, 20 delayed: due");
+    assert_eq!(p.watched(), 38 + 3, "19 pending on a and b, 3 on c");
     p.check_invariants();
 }
 
