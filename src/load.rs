@@ -111,14 +111,18 @@ struct Shared {
     start: Instant,
     /// One slot per request.
     slots: Vec<Slot>,
+    /// Set by the completer before it checks the keys (watch model). Apart from the slots: every
+    /// check reads the flag of each operation on its key, so the flags of the pending requests
+    /// (consecutive ids) should share as few cache lines as possible (a byte each).
+    ready: Vec<AtomicBool>,
     // Totals come from the purgatory's own (per-thread striped) counters: a shared counter
     // here, bumped by the completer and the executor on every completion, cost more than the
     // purgatory's whole completion path.
 }
 
-/// What the harness records of one request: one cache line's quarter, so that completing a
-/// request touches one line of the harness's tables (four separate tables cost four cache
-/// misses per completion, a third of the completer's CPU).
+/// What the harness records of one request when it completes: a quarter of a cache line, so
+/// that completing a request touches one line of the harness's tables (separate tables cost a
+/// cache miss each per completion, a third of the completer's CPU).
 #[derive(Default)]
 #[repr(align(32))]
 struct Slot {
@@ -129,8 +133,6 @@ struct Slot {
     attempted_ns: AtomicU64,
     /// `on_complete` calls (exactly-once check).
     completions: AtomicU8,
-    /// Set by the completer before it checks the keys (watch model).
-    ready: AtomicBool,
     /// Set by `on_expiration`.
     expired: AtomicBool,
 }
@@ -142,7 +144,7 @@ struct FakeOp {
 
 impl DelayedOperation for FakeOp {
     fn try_complete(&mut self) -> bool {
-        self.s.slots[self.id as usize].ready.load(Relaxed)
+        self.s.ready[self.id as usize].load(Relaxed)
     }
     fn on_complete(&mut self) {
         let slot = &self.s.slots[self.id as usize];
@@ -427,6 +429,7 @@ pub fn run_once(args: &Args) -> Report {
     // The per-request tables are built before the clock starts; `start` is the one time base
     // of arrivals, due times and completions.
     let slots = (0..n).map(|_| Slot::default()).collect();
+    let ready = (0..n).map(|_| AtomicBool::new(false)).collect();
     // The harness's own per-request tables, touched now so that they are in the baseline RSS
     // and "bytes per pending request" measures the purgatory alone.
     let mut arrivals: Vec<u64> = vec![0; n];
@@ -444,7 +447,11 @@ pub fn run_once(args: &Args) -> Report {
     let sleeps0 = crate::measure::live_threads_sleeps();
     let (main0, threads0) = (this_thread(), live_threads());
     let start = Instant::now();
-    let shared: &'static Shared = Box::leak(Box::new(Shared { start, slots }));
+    let shared: &'static Shared = Box::leak(Box::new(Shared {
+        start,
+        slots,
+        ready,
+    }));
 
     // The completer: completes each request at its intended time.
     // Batches (one per generator burst): a message per request would make the completer spin
@@ -484,7 +491,7 @@ pub fn run_once(args: &Args) -> Report {
                                 }
                             }
                             Model::Watch => {
-                                shared.slots[id as usize].ready.store(true, Relaxed);
+                                shared.ready[id as usize].store(true, Relaxed);
                                 let ks = &keys_all[id as usize * k..(id as usize + 1) * k];
                                 for key in ks {
                                     purgatory.check_and_complete(key);
