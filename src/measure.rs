@@ -118,7 +118,9 @@ fn status_field(path: &std::path::Path, field: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// CPU time of the calling thread, in nanoseconds.
+/// CPU time of the calling thread, in nanoseconds, as of its last context switch or scheduler
+/// tick (the kernel brings a running thread's total up to date only then): read it after a
+/// sleep for an exact figure.
 pub fn thread_cpu_ns() -> u64 {
     fs::read_to_string("/proc/thread-self/schedstat")
         .ok()
@@ -213,15 +215,19 @@ mod tests {
 
     #[test]
     fn cpu_time_grows_with_work() {
-        // The thread's own reading is exact; the process's includes it. (Comparing two process
-        // readings is not: a test thread exiting in between moves its time from the exact
-        // per-thread sum to /proc/self/stat's 10 ms ticks.)
+        // The thread's own reading is exact as of its last switch off the CPU (the kernel
+        // brings a running thread's total up to date at context switches and ticks, so each
+        // reading follows a sleep); the process's includes it. (Comparing two process readings
+        // is not exact: a test thread exiting in between moves its time from the per-thread sum
+        // to /proc/self/stat's 10 ms ticks.)
+        std::thread::sleep(Duration::from_millis(1));
         let (a, sleeps) = (thread_cpu_ns(), this_thread().sleeps);
         let mut x = 0u64;
         for i in 0..20_000_000u64 {
             x = x.wrapping_mul(31).wrapping_add(i);
         }
         std::hint::black_box(x);
+        std::thread::sleep(Duration::from_millis(1));
         let b = thread_cpu_ns();
         assert!(b > a, "{b} > {a}");
         assert!(process_cpu_ns() >= b);
