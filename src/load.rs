@@ -1102,11 +1102,26 @@ mod tests {
                 r.expected_expired,
                 r.boundary
             );
+            // The samples the generator took between bursts (5,000 requests at 20,000/s: 250 ms).
+            assert!(r.peak_pending > 0, "{model:?}: pending was sampled");
+            let counted: f64 = r.rate_series.iter().sum::<f64>() / 10.0;
+            assert!(
+                r.rate_series.len() >= 2 && r.rate_series[0] > 0.0 && counted <= a.num as f64 + 0.5,
+                "{model:?}: one rate per whole 100 ms window: {:?}",
+                r.rate_series
+            );
+            // Where the CPU went: the three threads, each with some CPU and some sleeps.
+            let names: Vec<&str> = r.threads.iter().map(|t| t.name).collect();
+            assert_eq!(names, ["generator", "completer", "timer"]);
+            for t in &r.threads {
+                assert!(t.cpu_s_per_million > 0.0 && t.sleeps_per_s > 0.0, "{t:?}");
+            }
             let json = to_json(&a, &r);
             assert!(
                 json.starts_with('{')
                     && json.ends_with('}')
                     && json.contains("\"exactly_once\":true")
+                    && json.contains("\"completer\":{\"cpu_s_per_million\":")
             );
             let svg = plot_svg(&a, &r);
             assert!(svg.starts_with("<svg") && svg.contains("polyline") && svg.contains("CDF"));
