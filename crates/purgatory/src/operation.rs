@@ -411,3 +411,24 @@ impl<Op> fmt::Debug for OperationHandle<Op> {
             .finish()
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    struct Nothing;
+    impl DelayedOperation for Nothing {
+        fn try_complete(&mut self) -> bool {
+            false
+        }
+        fn on_complete(&mut self) {}
+    }
+
+    /// What an empty cell costs until it is swept (the purge interval's documentation quotes
+    /// it): the cell and its `Arc` header, beyond the operation's own size.
+    #[test]
+    fn a_cell_costs_at_most_64_bytes_beyond_its_operation() {
+        let overhead = std::mem::size_of::<OpCell<Nothing>>() + 2 * std::mem::size_of::<usize>();
+        assert!(overhead <= 64, "{overhead} bytes");
+    }
+}

@@ -194,8 +194,9 @@ where
     /// completed only by force or expiry), the sweep also waits until as many completed as are
     /// still delayed: it visits every entry, so this keeps its cost at most two entry visits per
     /// entry removed however many operations wait (Kafka walks them all every interval), and
-    /// holds the empty cells awaiting it to `max(n, delayed operations)` (each cell's operation
-    /// was already dropped at completion). Checks walk the empty cells of their key too, so
+    /// holds the empty cells awaiting it to `max(n, delayed operations)`: each cell's operation
+    /// was dropped at completion (everything it owned is freed), the cell keeps its own
+    /// allocation, `size_of::<Op>()` plus at most 64 bytes, until swept. Checks walk the empty cells of their key too, so
     /// while keys are checked the interval alone decides, as in Kafka.
     pub fn purge_interval(mut self, n: usize) -> Self {
         self.purge_interval = n.max(1);
