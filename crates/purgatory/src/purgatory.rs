@@ -196,8 +196,9 @@ where
     /// entry removed however many operations wait (Kafka walks them all every interval), and
     /// holds the empty cells awaiting it to `max(n, delayed operations)`: each cell's operation
     /// was dropped at completion (everything it owned is freed), the cell keeps its own
-    /// allocation, `size_of::<Op>()` plus at most 64 bytes, until swept. Checks walk the empty cells of their key too, so
-    /// while keys are checked the interval alone decides, as in Kafka.
+    /// allocation, `size_of::<Op>()` plus at most 64 bytes, until swept. Checks walk the empty
+    /// cells of their key too, so while keys are checked the interval alone decides, as in
+    /// Kafka.
     pub fn purge_interval(mut self, n: usize) -> Self {
         self.purge_interval = n.max(1);
         self
