@@ -586,6 +586,46 @@ fn a_shared_timer_outlives_a_purgatory_shutdown() {
     assert!(a.events().iter().all(|e| *e == Ev::Try));
 }
 
+/// Operations point back at the timer they are armed in (to disarm it), and the timer holds the
+/// armed operations and scheduled purges: dropping the purgatory must break that loop, leaving a
+/// shared timer referenced by its owner alone (no reference cycle, nothing leaked).
+#[test]
+fn dropping_a_purgatory_leaves_no_reference_to_a_shared_timer() {
+    let clock = ManualClock::new(0);
+    let timer = Arc::new(
+        SystemTimer::builder()
+            .clock(clock.clone())
+            .reaper(false)
+            .inline()
+            .build(),
+    );
+    let p: Purgatory<&str, Op> = Purgatory::builder()
+        .timer(timer.clone())
+        .purge_interval(1)
+        .build();
+    let probes: Vec<Probe> = (0..10).map(|_| Probe::default()).collect();
+    let handles: Vec<_> = probes
+        .iter()
+        .map(|probe| {
+            p.try_complete_else_watch(probe.op(), 10 * MS, &["a", "b"])
+                .unwrap()
+                .handle
+        })
+        .collect();
+    for h in &handles[..3] {
+        assert!(h.force_complete());
+    }
+    probes[3].set_ready();
+    assert_eq!(p.check_and_complete(&"a"), 1); // schedules a purge (interval 1), not run yet
+    assert!(timer.len() >= 6, "6 armed operations and a purge wait in the timer");
+    drop(handles);
+    drop(p);
+    assert_eq!(timer.len(), 1, "only the purge task is left (it holds no operation)");
+    assert_eq!(Arc::strong_count(&timer), 1, "nothing else refers to the timer");
+    timer.advance();
+    assert!(timer.is_empty());
+}
+
 /// With its own reaper and executor on the real clock, operations expire by themselves; a
 /// dropped purgatory joins its threads.
 #[test]
