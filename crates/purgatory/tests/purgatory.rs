@@ -617,11 +617,22 @@ fn dropping_a_purgatory_leaves_no_reference_to_a_shared_timer() {
     }
     probes[3].set_ready();
     assert_eq!(p.check_and_complete(&"a"), 1); // schedules a purge (interval 1), not run yet
-    assert!(timer.len() >= 6, "6 armed operations and a purge wait in the timer");
+    assert!(
+        timer.len() >= 6,
+        "6 armed operations and a purge wait in the timer"
+    );
     drop(handles);
     drop(p);
-    assert_eq!(timer.len(), 1, "only the purge task is left (it holds no operation)");
-    assert_eq!(Arc::strong_count(&timer), 1, "nothing else refers to the timer");
+    assert_eq!(
+        timer.len(),
+        1,
+        "only the purge task is left (it holds no operation)"
+    );
+    assert_eq!(
+        Arc::strong_count(&timer),
+        1,
+        "nothing else refers to the timer"
+    );
     timer.advance();
     assert!(timer.is_empty());
 }
