@@ -187,6 +187,12 @@ pub struct Report {
     /// Times a thread of the process went to sleep (voluntary context switches), per second of
     /// the run: each costs a wake-up (see the `wake-cost` subcommand for its CPU price here).
     pub sleeps_per_s: f64,
+    /// The CPU one sleep and wake-up of a thread cost on this machine, µs, measured just before
+    /// the run (200 sleeps of 1 ms on a thread of its own; noisy, ±20% on a shared machine).
+    pub wake_cost_us: f64,
+    /// `sleeps × wake_cost_us` per million requests: an estimate of the part of the CPU figure
+    /// that is the threads' wake-ups rather than work.
+    pub wakeups_s_per_million: f64,
     /// CPU and sleeps of the generator, the completer and the timer's threads.
     pub threads: Vec<ThreadRow>,
     /// Peak RSS of the process, bytes.
@@ -442,6 +448,9 @@ pub fn run_once(args: &Args) -> Report {
         .iter_mut()
         .for_each(|a| *a = std::hint::black_box(1));
     completer_lags.clear();
+    // What a thread's sleep and wake-up costs here, measured before the clock starts (so not in
+    // the run's CPU): the report splits the CPU figure into wake-ups and work with it.
+    let (wake_cost_ns, _) = crate::measure::wake_cost(Duration::from_millis(1), 200);
     let rss0 = rss_bytes();
     let cpu0 = process_cpu_ns();
     let sleeps0 = crate::measure::live_threads_sleeps();
@@ -658,6 +667,8 @@ pub fn run_once(args: &Args) -> Report {
         elapsed_s: elapsed.as_secs_f64(),
         cpu_s_per_million: cpu as f64 / 1e9 / n as f64 * 1e6,
         sleeps_per_s: sleeps as f64 / secs,
+        wake_cost_us: wake_cost_ns / 1e3,
+        wakeups_s_per_million: sleeps as f64 * wake_cost_ns / 1e9 / n as f64 * 1e6,
         threads,
         peak_rss,
         bytes_per_pending: peak_rss.saturating_sub(rss0) as f64 / peak_pending.max(1) as f64,
@@ -735,8 +746,11 @@ fn print_table(args: &Args, r: &Report) {
             format!("{:.2}", r.cpu_s_per_million),
         ),
         (
-            "thread sleeps (wake-ups) per second",
-            format!("{:.0}", r.sleeps_per_s),
+            "  of which thread wake-ups (estimate)",
+            format!(
+                "{:.2} ({:.0} sleeps/s x {:.1} us, measured before the run)",
+                r.wakeups_s_per_million, r.sleeps_per_s, r.wake_cost_us
+            ),
         ),
         (
             "  by thread: CPU s/M (sleeps/s)",
@@ -827,6 +841,11 @@ fn to_json(args: &Args, r: &Report) -> String {
     field("elapsed_s", format!("{:.3}", r.elapsed_s));
     field("cpu_s_per_million", format!("{:.3}", r.cpu_s_per_million));
     field("sleeps_per_s", format!("{:.1}", r.sleeps_per_s));
+    field("wake_cost_us", format!("{:.2}", r.wake_cost_us));
+    field(
+        "wakeups_s_per_million",
+        format!("{:.3}", r.wakeups_s_per_million),
+    );
     field(
         "threads",
         format!(
@@ -1110,7 +1129,12 @@ mod tests {
                 "{model:?}: one rate per whole 100 ms window: {:?}",
                 r.rate_series
             );
-            // Where the CPU went: the three threads, each with some CPU and some sleeps.
+            // Where the CPU went: wake-ups (estimated from a measured wake-up cost, which is
+            // never zero), and the three threads, each with some CPU and some sleeps.
+            assert!(
+                r.wake_cost_us > 0.0 && r.wakeups_s_per_million > 0.0,
+                "{r:?}"
+            );
             let names: Vec<&str> = r.threads.iter().map(|t| t.name).collect();
             assert_eq!(names, ["generator", "completer", "timer"]);
             for t in &r.threads {
