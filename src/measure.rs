@@ -34,22 +34,27 @@ pub fn other_threads_cpu_ns() -> u64 {
 }
 
 fn threads_cpu_ns(skip: Option<&std::ffi::OsStr>) -> u64 {
-    let mut live = 0u64;
-    if let Ok(dir) = fs::read_dir("/proc/self/task") {
-        for task in dir.flatten() {
-            if skip.is_some_and(|s| s == task.file_name()) {
-                continue;
-            }
-            if let Ok(s) = fs::read_to_string(task.path().join("schedstat")) {
-                live += s
-                    .split_whitespace()
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(0);
-            }
-        }
-    }
-    live
+    tasks()
+        .filter(|t| skip.is_none_or(|s| Some(s) != t.file_name()))
+        .map(|t| schedstat_ns(&t))
+        .sum()
+}
+
+/// The `/proc/self/task/<tid>` directories of the threads alive now.
+fn tasks() -> impl Iterator<Item = std::path::PathBuf> {
+    fs::read_dir("/proc/self/task")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|t| t.path())
+}
+
+/// A thread's on-CPU nanoseconds, from its `schedstat` (0 if unreadable).
+fn schedstat_ns(task: &std::path::Path) -> u64 {
+    fs::read_to_string(task.join("schedstat"))
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(0)
 }
 
 /// What one thread has used so far: CPU time (schedstat run time, ns) and sleeps (voluntary
@@ -70,40 +75,31 @@ pub fn this_thread() -> ThreadUse {
 /// Every live thread of the process: its id, its name (`comm`, at most 15 bytes) and its
 /// [`ThreadUse`] so far.
 pub fn live_threads() -> Vec<(u64, String, ThreadUse)> {
-    let mut out = Vec::new();
-    if let Ok(dir) = fs::read_dir("/proc/self/task") {
-        for task in dir.flatten() {
-            let Some(tid) = task.file_name().to_str().and_then(|t| t.parse().ok()) else {
-                continue;
-            };
-            let path = task.path();
+    tasks()
+        .filter_map(|path| {
+            let tid = path.file_name()?.to_str()?.parse().ok()?;
             let name = fs::read_to_string(path.join("comm")).unwrap_or_default();
-            out.push((tid, name.trim_end().to_string(), thread_use(&path)));
-        }
-    }
-    out
+            Some((tid, name.trim_end().to_string(), thread_use(&path)))
+        })
+        .collect()
 }
 
 fn thread_use(task: &std::path::Path) -> ThreadUse {
     ThreadUse {
-        cpu_ns: fs::read_to_string(task.join("schedstat"))
-            .ok()
-            .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
-            .unwrap_or(0),
-        sleeps: status_field(&task.join("status"), "voluntary_ctxt_switches:"),
+        cpu_ns: schedstat_ns(task),
+        sleeps: sleeps(task),
     }
+}
+
+/// A thread's voluntary context switches, from its `status` (0 if unreadable).
+fn sleeps(task: &std::path::Path) -> u64 {
+    status_field(&task.join("status"), "voluntary_ctxt_switches:")
 }
 
 /// Voluntary context switches (a thread going to sleep: every wake-up costs one) of the threads
 /// alive now, summed over `/proc/self/task/*/status`.
 pub fn live_threads_sleeps() -> u64 {
-    let mut total = 0;
-    if let Ok(dir) = fs::read_dir("/proc/self/task") {
-        for task in dir.flatten() {
-            total += status_field(&task.path().join("status"), "voluntary_ctxt_switches:");
-        }
-    }
-    total
+    tasks().map(|t| sleeps(&t)).sum()
 }
 
 /// The number after `field` in a `/proc` status file (0 if missing).
@@ -122,10 +118,7 @@ fn status_field(path: &std::path::Path, field: &str) -> u64 {
 /// tick (the kernel brings a running thread's total up to date only then): read it after a
 /// sleep for an exact figure.
 pub fn thread_cpu_ns() -> u64 {
-    fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()
-        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
-        .unwrap_or(0)
+    schedstat_ns(std::path::Path::new("/proc/thread-self"))
 }
 
 fn stat_cpu_ns() -> Option<u64> {
