@@ -293,12 +293,7 @@ impl<Op: DelayedOperation> OpCell<Op> {
     pub(crate) fn complete_locked(&self, st: &mut OpState<Op>, how: How) {
         debug_assert!(!self.is_completed(), "completing twice");
         self.completed.store(true, Ordering::Release);
-        if let Some(key) = st.timer.take() {
-            if how == How::Completed {
-                self.common.timer.cancel(key);
-            }
-            self.common.delayed_add(-1);
-        }
+        self.disarm_locked(st, how == How::Expired);
         if st.watched {
             self.common.garbage_add();
         }
@@ -315,15 +310,24 @@ impl<Op: DelayedOperation> OpCell<Op> {
         // `op` (the payload) is dropped here: completion releases it at once.
     }
 
+    /// Under the op lock: if the operation is armed, takes its timer key out and counts it as no
+    /// longer delayed, cancelling the timer entry unless it has `fired` (an expiry is running).
+    #[inline]
+    pub(crate) fn disarm_locked(&self, st: &mut OpState<Op>, fired: bool) {
+        if let Some(key) = st.timer.take() {
+            if !fired {
+                self.common.timer.cancel(key);
+            }
+            self.common.delayed_add(-1);
+        }
+    }
+
     /// Under the op lock: takes a pending operation out without completing it (shutdown, or a
     /// watch refused because the purgatory closed). Disarms its timer.
     pub(crate) fn hand_back_locked(&self, st: &mut OpState<Op>) -> Op {
         debug_assert!(!self.is_completed());
         self.completed.store(true, Ordering::Release);
-        if let Some(key) = st.timer.take() {
-            self.common.timer.cancel(key);
-            self.common.delayed_add(-1);
-        }
+        self.disarm_locked(st, false);
         st.op.take().expect("a pending operation holds its op")
     }
 

@@ -418,10 +418,7 @@ where
             if cell.is_completed() {
                 continue;
             }
-            if let Some(key) = st.timer.take() {
-                self.inner.timer.cancel(key);
-                self.inner.common.delayed_add(-1);
-            }
+            cell.disarm_locked(&mut st, false);
             drop(st);
             out.push(OperationHandle {
                 cell: Arc::clone(cell),
