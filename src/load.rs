@@ -459,7 +459,6 @@ pub fn run_once(args: &Args) -> Report {
     let (wake_cost_ns, _) = crate::measure::wake_cost(Duration::from_millis(1), 200);
     let rss0 = rss_bytes();
     let cpu0 = process_cpu_ns();
-    let sleeps0 = crate::measure::live_threads_sleeps();
     let (main0, threads0) = (this_thread(), live_threads());
     let start = Instant::now();
     let shared: &'static Shared = Box::leak(Box::new(Shared {
@@ -599,8 +598,6 @@ pub fn run_once(args: &Args) -> Report {
     sampler.finish();
     let elapsed = start.elapsed();
     let cpu = process_cpu_ns() - cpu0;
-    let sleeps =
-        (crate::measure::live_threads_sleeps() + completer_use.sleeps).saturating_sub(sleeps0);
     let (main1, threads1) = (this_thread(), live_threads());
     let (peak_pending, rate_series) = (sampler.peak, sampler.series);
     // The timer's threads (reaper, executors): alive before the start, so counted from there.
@@ -617,6 +614,8 @@ pub fn run_once(args: &Args) -> Report {
         cpu_ns: main1.cpu_ns.saturating_sub(main0.cpu_ns),
         sleeps: main1.sleeps.saturating_sub(main0.sleeps),
     };
+    // Every thread of the run is one of these three.
+    let sleeps = generator_use.sleeps + completer_use.sleeps + timer_use.sleeps;
     let secs = elapsed.as_secs_f64().max(1e-9);
     let row = |name: &'static str, u: ThreadUse| ThreadRow {
         name,

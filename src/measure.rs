@@ -96,12 +96,6 @@ fn sleeps(task: &std::path::Path) -> u64 {
     status_field(&task.join("status"), "voluntary_ctxt_switches:")
 }
 
-/// Voluntary context switches (a thread going to sleep: every wake-up costs one) of the threads
-/// alive now, summed over `/proc/self/task/*/status`.
-pub fn live_threads_sleeps() -> u64 {
-    tasks().map(|t| sleeps(&t)).sum()
-}
-
 /// The number after `field` in a `/proc` status file (0 if missing).
 fn status_field(path: &std::path::Path, field: &str) -> u64 {
     fs::read_to_string(path)
