@@ -60,8 +60,8 @@ pub struct PurgatoryStats {
 struct Inner<K, Op> {
     name: String,
     watchers: Arc<WatchMap<K, Op>>,
-    timer: Arc<SystemTimer>,
     own_timer: bool,
+    /// The timer (`common.timer`) and the counters, shared with every operation.
     common: Arc<Common>,
     purge_scheduled: Arc<AtomicBool>,
     purges: Arc<AtomicU64>,
@@ -231,12 +231,11 @@ where
             }
             Arc::new(b.build())
         });
-        let common = Arc::new(Common::new(Arc::clone(&timer), self.purge_interval));
+        let common = Arc::new(Common::new(timer, self.purge_interval));
         Purgatory {
             inner: Arc::new(Inner {
                 name: self.name,
                 watchers: Arc::new(WatchMap::new(self.shards)),
-                timer,
                 own_timer,
                 common,
                 purge_scheduled: Arc::new(AtomicBool::new(false)),
@@ -344,7 +343,7 @@ where
         }
         // Still pending: arm the timer in the same lock hold. The expiry task takes this lock,
         // so it cannot run before the handle is stored.
-        match inner.timer.add_keyed(timeout, expiry_task(&cell)) {
+        match inner.common.timer.add_keyed(timeout, expiry_task(&cell)) {
             Ok(key) => {
                 st.timer = Some(key);
                 inner.common.delayed_add(1);
@@ -445,12 +444,12 @@ where
     /// `.reaper(false)`): runs due expiries, and the purge when one is due, on this thread.
     /// Returns the number of timer tasks run.
     pub fn advance(&self) -> usize {
-        self.inner.timer.advance()
+        self.inner.common.timer.advance()
     }
 
     /// The timer the purgatory uses.
     pub fn timer(&self) -> &Arc<SystemTimer> {
-        &self.inner.timer
+        &self.inner.common.timer
     }
 
     /// A snapshot of the counters.
@@ -503,7 +502,7 @@ where
         if inner.own_timer {
             // Its remaining tasks are expiries of operations handed back above (now no-ops)
             // and purges: dropping them is right.
-            drop(inner.timer.shutdown());
+            drop(inner.common.timer.shutdown());
         }
         out
     }
@@ -526,7 +525,7 @@ where
             purges.fetch_add(1, Ordering::Relaxed);
             scheduled.store(false, Ordering::Release);
         });
-        if inner.timer.add(Duration::ZERO, purge).is_err() {
+        if inner.common.timer.add(Duration::ZERO, purge).is_err() {
             inner.purge_scheduled.store(false, Ordering::Release);
         }
     }
@@ -562,7 +561,7 @@ where
                 "delayed() disagrees with armed operations"
             );
         }
-        self.inner.timer.check_invariants();
+        self.inner.common.timer.check_invariants();
     }
 }
 
