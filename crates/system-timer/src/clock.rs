@@ -13,7 +13,9 @@ use crate::sync::{Mutex, Weak};
 
 /// A monotonic source of time, in nanoseconds since the clock's own epoch.
 ///
-/// Implementations must never go backwards. The timer only ever compares readings of one clock.
+/// Implementations must never go backwards, and must not panic (the reaper thread reads the
+/// clock outside the guard that contains task panics: a panicking clock stops it). The timer
+/// only ever compares readings of one clock.
 pub trait Clock: Send + Sync + fmt::Debug + 'static {
     /// Nanoseconds since this clock's epoch.
     fn now_ns(&self) -> u64;

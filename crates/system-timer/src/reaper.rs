@@ -215,14 +215,27 @@ fn has_ready<T: TimerTask>(inner: &Inner<T>) -> bool {
 }
 
 fn executor_loop<T: TimerTask>(inner: &Inner<T>, rx: &Receiver<Vec<Job<T>>>) {
+    // True when this executor holds a permit it slept for and has not yet matched with a batch:
+    // that permit is the one sent with the next batch it takes, so it must not take a second
+    // (which would leave an idle executor asleep while a batch waits).
+    let mut holds_permit = false;
     loop {
         let batch = match rx.try_recv() {
             Ok(batch) => {
-                inner.idle_executors.try_acquire();
+                if !std::mem::take(&mut holds_permit) {
+                    inner.idle_executors.try_acquire();
+                }
                 batch
             }
             Err(TryRecvError::Empty) => {
-                inner.idle_executors.acquire();
+                if !holds_permit {
+                    inner.idle_executors.acquire();
+                    holds_permit = true;
+                } else {
+                    // Woken for a batch another executor took first: the permit we hold was
+                    // sent with it (that executor found none to take). Drop it and sleep.
+                    holds_permit = false;
+                }
                 continue;
             }
             Err(TryRecvError::Disconnected) => return,

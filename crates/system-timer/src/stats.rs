@@ -177,11 +177,14 @@ impl Counters {
         }
     }
 
-    /// Dispatched but neither started nor handed back.
+    /// Dispatched but neither started nor handed back. `started` and `returned` are read
+    /// before `dispatched`: a job's dispatch is counted (Release) before its start or hand-back,
+    /// so every start or hand-back seen here has its dispatch seen too, and a job dispatched
+    /// and not started is never missed.
     pub(crate) fn in_flight(&self) -> u64 {
-        let d = self.dispatched.load(Ordering::Acquire);
         let s = self.started.load(Ordering::Acquire);
         let r = self.returned.load(Ordering::Acquire);
+        let d = self.dispatched.load(Ordering::Acquire);
         d.saturating_sub(s + r)
     }
 }

@@ -66,6 +66,11 @@ mod imp {
             std::thread::Builder::new().name(name).spawn(f)
         }
     }
+
+    /// Gives up the CPU in a wait loop.
+    pub(crate) fn thread_yield() {
+        std::thread::yield_now();
+    }
 }
 
 #[cfg(loom)]
@@ -93,6 +98,11 @@ mod imp {
         fn default() -> Self {
             Self::new(T::default())
         }
+    }
+
+    /// Gives up the CPU in a wait loop (lets loom run the thread being waited for).
+    pub(crate) fn thread_yield() {
+        loom::thread::yield_now();
     }
 }
 

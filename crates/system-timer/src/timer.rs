@@ -18,7 +18,8 @@
 //!   canceller drops it), by being handed back (shutdown), or by being dispatched: sent to the
 //!   executor threads over a crossbeam channel (each batch followed by a permit on the idle
 //!   executors' semaphore), or (inline mode) run by the thread that advanced the wheel. A task
-//!   that is already due when added is dispatched at once, from the adding thread.
+//!   whose deadline the wheel's time (its last advance) has already reached when it is added is
+//!   dispatched at once, from the adding thread; any other waits in the wheel for its tick.
 //! * **Shutdown** (exactly-once accounting). 1. `stopping` is set and the reaper is woken and
 //!   joined. 2. The wheel is closed under its write side: every pending entry is handed back and
 //!   later adds fail with [`ScheduleError::Shutdown`]. 3. Shutdown waits until no advance is
@@ -45,7 +46,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::error::{BuildError, ScheduleError};
 use crate::handle::{TimerHandle, TimerKey};
 use crate::stats::{Counters, TimerStats};
-use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use crate::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use crate::sync::{Arc, Mutex};
 use crate::task::{Task, TimerTask};
 
@@ -92,6 +93,10 @@ pub(crate) struct Inner<T> {
     pub(crate) stopping: AtomicBool,
     /// Advances between taking tasks out of the wheel and finishing their dispatch.
     pub(crate) running: AtomicUsize,
+    /// A sequence number, odd while an advance (under the wheel lock) has taken tasks out of
+    /// the wheel's count and not yet added them to `dispatched`: [`SystemTimer::len`] reads
+    /// both counts at an even, unchanged value (a seqlock), so it never misses such a batch.
+    pub(crate) moving: AtomicU64,
     /// Jobs the executors handed back after `stopping` was set.
     pub(crate) returned: Mutex<Vec<T>>,
     #[cfg(not(loom))]
@@ -336,6 +341,7 @@ impl<T: TimerTask> Builder<T> {
             stats: Counters::new(),
             stopping: AtomicBool::new(false),
             running: AtomicUsize::new(0),
+            moving: AtomicU64::new(0),
             returned: Mutex::new(Vec::new()),
             #[cfg(not(loom))]
             parker: Arc::new(crate::reaper::Parker::new()),
@@ -407,7 +413,9 @@ impl Default for SystemTimer<Task> {
 
 impl<T: TimerTask> SystemTimer<T> {
     /// Schedules `task` to run `delay` from now (on the timer's clock). O(1), from any thread.
-    /// A zero or already-elapsed delay dispatches the task at once; `Duration::MAX` never fires.
+    /// Like every deadline, a zero delay's is rounded up to the tick: the task runs at the next
+    /// tick, or is dispatched at once from this thread if the timer's last advance already
+    /// reached its deadline. `Duration::MAX` never fires.
     ///
     /// # Errors
     ///
@@ -439,7 +447,9 @@ impl<T: TimerTask> SystemTimer<T> {
     }
 
     /// Schedules `task` at an absolute deadline: `deadline` after the clock's epoch (compare
-    /// [`now`](Self::now)). A deadline in the past dispatches the task at once.
+    /// [`now`](Self::now)). A deadline in the past is due at once: dispatched from this thread
+    /// if the timer's last advance already reached it, else run by the next advance (the
+    /// reaper is woken for it).
     ///
     /// # Errors
     ///
@@ -466,8 +476,8 @@ impl<T: TimerTask> SystemTimer<T> {
 
     /// [`add`](Self::add), returning a [`TimerKey`] instead of a [`TimerHandle`]: the cheapest
     /// way to schedule (no reference count taken, nothing to drop). Cancel with
-    /// [`cancel`](Self::cancel). A task already due when added is dispatched at once and its key
-    /// matches nothing.
+    /// [`cancel`](Self::cancel). A task dispatched at once (its deadline already reached by the
+    /// timer's last advance, see [`add`](Self::add)) gets a key that matches nothing.
     ///
     /// # Errors
     ///
@@ -580,10 +590,12 @@ impl<T: TimerTask> SystemTimer<T> {
     }
 
     /// Tasks scheduled and not yet started, cancelled or handed back: those in the wheel plus
-    /// those dispatched and waiting for an executor. Exact; cancelled tasks leave at once.
+    /// those dispatched and waiting for an executor. Exact: cancelled tasks leave at once, and
+    /// a batch on its way from the wheel to the executors is counted once, never missed (the
+    /// call waits out the few locked microseconds of an advance moving it).
     #[doc(alias = "size")]
     pub fn len(&self) -> usize {
-        self.inner.wheel.len() + self.inner.stats.in_flight() as usize
+        self.inner.pending()
     }
 
     /// True when nothing is pending.
@@ -635,7 +647,9 @@ impl<T: TimerTask> SystemTimer<T> {
     /// started). Later `add`s fail with [`ScheduleError::Shutdown`], and handles' `cancel`
     /// returns false. Idempotent: a second call returns nothing. Dropping the timer calls it.
     ///
-    /// Do not call it from inside one of the timer's own tasks (it waits for them).
+    /// Do not call it from inside one of the timer's own tasks (it waits for them and joins
+    /// the thread running them), and do not let a task own the last reference to its timer
+    /// (dropping it there calls shutdown).
     #[doc(alias = "close")]
     pub fn shutdown(&self) -> Vec<T> {
         let inner = &self.inner;
@@ -822,6 +836,29 @@ impl<T: TimerTask> Inner<T> {
         }
     }
 
+    /// The wheel's count plus the dispatched tasks not yet started or handed back, read at one
+    /// even value of `moving` (so a batch on its way from the wheel to `dispatched` is counted
+    /// once, never missed). Waits out an advance's few locked microseconds at most.
+    fn pending(&self) -> usize {
+        let mut spins = 0u32;
+        loop {
+            let seq = self.moving.load(Ordering::Acquire);
+            if seq & 1 == 0 {
+                let n = self.wheel.len() + self.stats.in_flight() as usize;
+                fence(Ordering::Acquire);
+                if self.moving.load(Ordering::Relaxed) == seq {
+                    return n;
+                }
+            }
+            spins += 1;
+            if spins < 64 {
+                crate::sync::hint::spin_loop();
+            } else {
+                crate::sync::thread_yield();
+            }
+        }
+    }
+
     /// Advances the wheel to `now_ns`, dispatching what is due. Returns how many tasks.
     pub(crate) fn advance_to_ns(&self, now_ns: u64) -> usize {
         let mut jobs = Vec::new();
@@ -831,12 +868,22 @@ impl<T: TimerTask> Inner<T> {
             if g.is_closed() {
                 return 0;
             }
+            // Odd from before the wheel's count drops until `dispatched` has risen (the seqlock
+            // writer; the wheel lock makes it the only one).
+            self.moving.fetch_add(1, Ordering::Relaxed);
+            fence(Ordering::Release);
             from_wheel = g.advance(now_ns, |f| {
                 jobs.push(Job {
                     task: f.value,
                     deadline_ns: f.deadline,
                 })
             });
+            if from_wheel > 0 {
+                self.stats
+                    .dispatched
+                    .fetch_add(from_wheel as u64, Ordering::Release);
+            }
+            self.moving.fetch_add(1, Ordering::Release);
             if self.inline {
                 if let Dispatch::Inline(ready) = &mut *self.dispatch.lock() {
                     jobs.append(ready);
@@ -850,9 +897,6 @@ impl<T: TimerTask> Inner<T> {
             if let Some(cap) = &self.cap {
                 cap.used.fetch_sub(from_wheel, Ordering::AcqRel);
             }
-            self.stats
-                .dispatched
-                .fetch_add(from_wheel as u64, Ordering::Release);
         }
         let n = jobs.len();
         if n > 0 {
@@ -919,8 +963,15 @@ impl<T: TimerTask> Inner<T> {
         self.stats.lateness.record(late);
         self.stats.started.fetch_add(1, Ordering::Release);
         let task = job.task;
-        if catch_unwind(AssertUnwindSafe(move || task.run())).is_err() {
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(move || task.run())) {
             self.stats.panicked.fetch_add(1, Ordering::Relaxed);
+            // The payload's own drop may panic too (`panic_any` of a value whose `Drop`
+            // panics): that must not escape either, or it would unwind through the advance
+            // (leaving `running` raised, so shutdown would wait for ever) and lose the rest of
+            // the batch. A second-level payload is leaked rather than dropped.
+            if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+                std::mem::forget(again);
+            }
         }
     }
 

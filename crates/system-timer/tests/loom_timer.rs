@@ -549,6 +549,44 @@ fn zero_delay_add_races_advance() {
     );
 }
 
+/// `len()` races an advance moving a task from the wheel to its runner: it reads 1 (not yet
+/// started) or 0 (started), and never 0 while the task has not started, so `len() + fired`
+/// (fired read after) is at least 1. A `len()` that summed the wheel's count and the dispatched
+/// count without the `moving` seqlock could fall between the two and read 0 too early.
+#[test]
+fn len_races_advance() {
+    model(&["pending", "started"], || {
+        let clock = ManualClock::new(0);
+        let log = new_log();
+        let timer = Arc::new(timer(&clock, 4));
+        timer.add(MS, probe(1, &clock, &log)).unwrap();
+
+        let reaper = {
+            let (timer, clock) = (Arc::clone(&timer), clock.clone());
+            thread::spawn(move || {
+                set_clock(&clock, 1);
+                timer.advance_to(clock.now_ms())
+            })
+        };
+        let len = timer.len();
+        let fired = timer.stats().fired;
+        assert!(len <= 1, "len {len}");
+        assert!(
+            len as u64 + fired >= 1,
+            "len() read 0 before the task started (fired {fired})"
+        );
+        assert_eq!(reaper.join().unwrap(), 1);
+        assert_eq!(runs(&log), [Run { id: 1, now_ms: 1 }]);
+        assert_eq!(timer.len(), 0);
+        timer.check_invariants();
+        if len == 1 {
+            "pending"
+        } else {
+            "started"
+        }
+    });
+}
+
 /// LOOM.md §8's skeleton, verbatim against the real API (only `.reaper(false)`: a loom build
 /// runs tasks inline by itself): a user cancels while the reaper flushes the overflow bucket
 /// (re-adding the entry one level down) and then reaches the entry's deadline.
