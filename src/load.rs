@@ -98,6 +98,11 @@ pub struct Args {
     /// Timer wheel size.
     #[arg(long, default_value_t = 20)]
     pub wheel_size: usize,
+    /// The timer's reaper grace, ms (see `system_timer::Builder::reaper_grace`): new requests
+    /// wake the reaper once a bucket is due, and its own timer fires this much later. Default:
+    /// the purgatory's own default (2 ms); 0: the reaper's own timer at each bucket's time.
+    #[arg(long, default_value_t = purgatory::DEFAULT_REAPER_GRACE.as_secs_f64() * 1000.0)]
+    pub reaper_grace_ms: f64,
     /// Purgatory purge interval (completed watched operations between purges).
     #[arg(long, default_value_t = 1000)]
     pub purge_interval: usize,
@@ -313,6 +318,9 @@ fn validate(a: &Args) -> Result<(), String> {
     if a.tick_ms.is_nan() || a.tick_ms <= 0.0 || a.wheel_size < 2 {
         return Err("need --tick-ms > 0, --wheel-size >= 2".into());
     }
+    if !(a.reaper_grace_ms >= 0.0 && a.reaper_grace_ms.is_finite()) {
+        return Err("need a finite --reaper-grace-ms >= 0".into());
+    }
     Ok(())
 }
 
@@ -453,7 +461,8 @@ pub fn run_once(args: &Args) -> Report {
     let timer = SystemTimer::builder()
         .name("w4")
         .tick(tick)
-        .wheel_size(args.wheel_size);
+        .wheel_size(args.wheel_size)
+        .reaper_grace(Duration::from_secs_f64(args.reaper_grace_ms / 1000.0));
     let timer = Arc::new(if args.executors == 0 {
         timer.inline().build()
     } else {
@@ -783,10 +792,10 @@ pub fn run_once(args: &Args) -> Report {
 
 fn header(args: &Args) -> String {
     format!(
-        "W4 purgatory load: model {:?}, {} requests at {} req/s, latency p50/p75 = {}/{} ms, timeout {} ms, {} keys of {}, tick {} ms, wheel {}, purge interval {}, {} executor(s), completer woken by {:?}",
+        "W4 purgatory load: model {:?}, {} requests at {} req/s, latency p50/p75 = {}/{} ms, timeout {} ms, {} keys of {}, tick {} ms, wheel {}, purge interval {}, {} executor(s), reaper grace {} ms, completer woken by {:?}",
         args.model, args.num, args.rate, args.pct50, args.pct75, args.timeout, args.keys,
         args.key_space, args.tick_ms, args.wheel_size, args.purge_interval, args.executors,
-        args.completer_wake
+        args.reaper_grace_ms, args.completer_wake
     )
     .to_lowercase()
     .replace("w4", "W4")
@@ -898,6 +907,7 @@ fn to_json(args: &Args, r: &Report) -> String {
     field("key_space", args.key_space.to_string());
     field("tick_ms", args.tick_ms.to_string());
     field("wheel_size", args.wheel_size.to_string());
+    field("reaper_grace_ms", args.reaper_grace_ms.to_string());
     field(
         "completer_wake",
         q(&format!("{:?}", args.completer_wake).to_lowercase()),
@@ -1161,6 +1171,7 @@ mod tests {
             find_max_rate: false,
             completer_tick_us: 1000,
             completer_wake: CompleterWake::Generator,
+            reaper_grace_ms: 2.0,
         }
     }
 

@@ -71,5 +71,6 @@ mod watchers;
 pub use error::WatchError;
 pub use operation::{DelayedOperation, OperationHandle};
 pub use purgatory::{
-    Builder, Purgatory, PurgatoryStats, Watched, DEFAULT_PURGE_INTERVAL, DEFAULT_SHARDS,
+    Builder, Purgatory, PurgatoryStats, Watched, DEFAULT_PURGE_INTERVAL, DEFAULT_REAPER_GRACE,
+    DEFAULT_SHARDS,
 };

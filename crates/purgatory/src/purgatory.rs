@@ -17,6 +17,9 @@ use crate::watchers::WatchMap;
 pub const DEFAULT_PURGE_INTERVAL: usize = 1000;
 /// Kafka's shard count (KAFKA-6431).
 pub const DEFAULT_SHARDS: usize = 512;
+/// How long past a due bucket the own timer's reaper waits for a new operation to wake it
+/// (two of its 1 ms ticks): see [`Builder::reaper_grace`].
+pub const DEFAULT_REAPER_GRACE: Duration = Duration::from_millis(2);
 
 /// What [`Purgatory::try_complete_else_watch`] did with an operation it accepted.
 pub struct Watched<Op> {
@@ -122,6 +125,7 @@ pub struct Builder<K, Op> {
     timer: Option<Arc<SystemTimer>>,
     clock: Option<Box<dyn FnOnce(system_timer::Builder) -> system_timer::Builder>>,
     reaper: bool,
+    reaper_grace: Duration,
     expiry_threads: usize,
     purge_interval: usize,
     shards: usize,
@@ -136,14 +140,16 @@ where
     Op: DelayedOperation,
 {
     /// Defaults: name `"purgatory"`, an own timer with Kafka's settings (tick 1 ms, wheel 20) whose
-    /// reaper thread also runs the expiries (see [`expiry_threads`](Self::expiry_threads)), purge
-    /// interval 1000, 512 shards.
+    /// reaper thread also runs the expiries (see [`expiry_threads`](Self::expiry_threads)) unless
+    /// new operations, arriving after a bucket is due, advance the timer first (see
+    /// [`reaper_grace`](Self::reaper_grace)), purge interval 1000, 512 shards.
     pub fn new() -> Self {
         Builder {
             name: "purgatory".into(),
             timer: None,
             clock: None,
             reaper: true,
+            reaper_grace: DEFAULT_REAPER_GRACE,
             expiry_threads: 0,
             purge_interval: DEFAULT_PURGE_INTERVAL,
             shards: DEFAULT_SHARDS,
@@ -175,6 +181,21 @@ where
     /// thread.
     pub fn reaper(mut self, on: bool) -> Self {
         self.reaper = on;
+        self
+    }
+
+    /// The own timer's reaper grace (default [`DEFAULT_REAPER_GRACE`], 2 ms; see
+    /// [`system_timer::Builder::reaper_grace`]): while operations keep arriving, the first
+    /// `try_complete_else_watch` after a timer bucket is due advances the timer itself (on the
+    /// calling thread, once it holds no lock: the expiries of that bucket run there, in the own
+    /// timer's inline mode), so the reaper sleeps through instead of waking every tick; with no
+    /// new operations the reaper's own timer fires this much later than the bucket. So an
+    /// operation never expires before its timeout, and at most one tick plus this grace after it
+    /// (Kafka's reaper: up to a tick early or late). `Duration::ZERO`: the reaper alone, at each
+    /// bucket's time. A shared timer keeps its own setting (the purgatory helps any timer built
+    /// with a grace).
+    pub fn reaper_grace(mut self, grace: Duration) -> Self {
+        self.reaper_grace = grace;
         self
     }
 
@@ -218,7 +239,10 @@ where
     pub fn build(self) -> Purgatory<K, Op> {
         let own_timer = self.timer.is_none();
         let timer = self.timer.unwrap_or_else(|| {
-            let mut b = SystemTimer::builder().name(&self.name).reaper(self.reaper);
+            let mut b = SystemTimer::builder()
+                .name(&self.name)
+                .reaper(self.reaper)
+                .reaper_grace(self.reaper_grace);
             b = match self.expiry_threads {
                 0 => b.inline(),
                 n => b.executor_threads(n),
@@ -264,6 +288,7 @@ impl<K, Op> fmt::Debug for Builder<K, Op> {
             .field("name", &self.name)
             .field("shared_timer", &self.timer.is_some())
             .field("reaper", &self.reaper)
+            .field("reaper_grace", &self.reaper_grace)
             .field("expiry_threads", &self.expiry_threads)
             .field("purge_interval", &self.purge_interval)
             .field("shards", &self.shards)
@@ -335,7 +360,7 @@ where
         }
         if cell.try_complete_locked(&mut st) {
             drop(st);
-            self.maybe_purge();
+            self.after_watch();
             return Ok(Watched {
                 completed: true,
                 handle,
@@ -356,11 +381,21 @@ where
             }
         }
         drop(st);
-        self.maybe_purge();
+        self.after_watch();
         Ok(Watched {
             completed: false,
             handle,
         })
+    }
+
+    /// After an operation was watched, with no lock held: schedules a purge if one is due, and
+    /// advances the timer if its reaper waits for a caller to (a timer with a reaper grace, as
+    /// the own timer by default: see [`Builder::reaper_grace`]). Expiries it runs execute here,
+    /// on the caller's thread, in inline mode (the own timer's default).
+    #[inline]
+    fn after_watch(&self) {
+        self.maybe_purge();
+        self.inner.common.timer.advance_if_due();
     }
 
     /// Kafka's `checkAndComplete`: runs `try_complete` on every pending operation watching

@@ -59,6 +59,8 @@
 )]
 #![cfg_attr(loom, allow(dead_code))]
 
+#[cfg(all(target_os = "linux", not(loom)))]
+mod alarm;
 mod clock;
 mod error;
 mod handle;

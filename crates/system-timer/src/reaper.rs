@@ -8,7 +8,14 @@
 //!
 //! * an add that queued a bucket earlier than every other (the wheel reports it: `earliest`),
 //! * a task that was already due when added, in inline mode,
-//! * shutdown.
+//! * shutdown,
+//! * with a grace ([`Builder::reaper_grace`](crate::Builder::reaper_grace)), it sleeps until
+//!   `grace` past the earliest bucket, and publishes that bucket's time (`help_at_ns`): the first
+//!   caller of [`advance_if_due`](crate::SystemTimer::advance_if_due) that finds the clock past
+//!   it claims it (a compare-and-swap to `u64::MAX`), advances the wheel, publishes the next
+//!   bucket's time and moves the reaper's alarm past that bucket (`Parker::rearm`, a timerfd on
+//!   Linux), all without waking the reaper. On a busy timer the callers, already running, keep
+//!   the wheel's time and the reaper sleeps through; it wakes on its own only when they stop.
 //!
 //! Lost wake-ups are impossible because the [`Parker`] keeps a permit: an `unpark` that lands
 //! between the reaper's look at the queue and its `park` makes that `park` return at once. With
@@ -26,15 +33,41 @@ use crate::task::TimerTask;
 use crate::timer::{Inner, Job};
 
 /// A permit-based parker: `unpark` before `park` makes `park` return at once.
+///
+/// Ground rules: `notified` is the permit, read and written under its mutex only. Sleepers on
+/// the condvar are any thread (`park`: the reaper without an alarm, `advance_clock`, shutdown's
+/// wait); the alarm has one sleeper, the reaper (`park_reaper`). The alarm is set only under the
+/// mutex: by the reaper before it blocks (after seeing no permit), by `unpark` to "at once"
+/// (after granting the permit), and by `rearm` only while no permit is pending. So an `unpark`
+/// is never lost: it lands either before the reaper's look at the permit (which it then
+/// consumes) or after the reaper set its alarm (which it then fires), and no `rearm` can move
+/// the alarm past it.
 #[derive(Debug, Default)]
 pub(crate) struct Parker {
     notified: Mutex<bool>,
     cv: Condvar,
+    /// The reaper's alarm, when the timer has a grace (Linux): lets a thread that advanced the
+    /// wheel move the reaper's wake-up later without waking it.
+    #[cfg(target_os = "linux")]
+    alarm: Option<crate::alarm::Alarm>,
 }
 
 impl Parker {
-    pub(crate) fn new() -> Self {
-        Self::default()
+    /// A parker; with `alarm` (and on Linux), the reaper sleeps on a timerfd that
+    /// [`rearm`](Self::rearm) can move.
+    pub(crate) fn new(alarm: bool) -> Self {
+        #[cfg(not(target_os = "linux"))]
+        let _ = alarm;
+        Parker {
+            notified: Mutex::new(false),
+            cv: Condvar::new(),
+            #[cfg(target_os = "linux")]
+            alarm: if alarm {
+                crate::alarm::Alarm::new()
+            } else {
+                None
+            },
+        }
     }
 
     /// Sleeps until unparked, or for at most `timeout` if given; consumes the permit.
@@ -50,9 +83,55 @@ impl Parker {
         *n = false;
     }
 
+    /// The reaper's sleep: [`park`](Self::park), but on the alarm when there is one, so that
+    /// [`rearm`](Self::rearm) can move the wake-up time. Only the reaper calls it.
+    pub(crate) fn park_reaper(&self, timeout: Option<Duration>) {
+        #[cfg(target_os = "linux")]
+        if let Some(alarm) = &self.alarm {
+            {
+                let mut n = self.notified.lock();
+                if *n || timeout.is_some_and(|d| d.is_zero()) {
+                    *n = false;
+                    return;
+                }
+                if !alarm.set(timeout) {
+                    drop(n);
+                    return self.park(timeout);
+                }
+            }
+            alarm.wait();
+            // Consumes a permit granted while it slept (the unpark also fired the alarm). One
+            // granted after the wait returned is dropped too: the reaper is awake and re-reads
+            // the timer's state before it sleeps again.
+            *self.notified.lock() = false;
+            return;
+        }
+        self.park(timeout);
+    }
+
     pub(crate) fn unpark(&self) {
-        *self.notified.lock() = true;
+        let mut n = self.notified.lock();
+        *n = true;
         self.cv.notify_one();
+        #[cfg(target_os = "linux")]
+        if let Some(alarm) = &self.alarm {
+            alarm.set(Some(Duration::ZERO));
+        }
+    }
+
+    /// Moves the reaper's alarm to `timeout` from now (`None`: until unparked), unless an unpark
+    /// is pending. No effect without an alarm: the reaper then wakes at the time it chose, finds
+    /// nothing due and sleeps again.
+    pub(crate) fn rearm(&self, timeout: Option<Duration>) {
+        #[cfg(target_os = "linux")]
+        if let Some(alarm) = &self.alarm {
+            let n = self.notified.lock();
+            if !*n {
+                alarm.set(timeout);
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = timeout;
     }
 }
 
@@ -203,11 +282,29 @@ fn reaper_loop<T: TimerTask>(inner: &Inner<T>) {
             let _ = catch_unwind(AssertUnwindSafe(|| inner.advance_to_ns(now)));
             continue;
         }
-        let timeout = next.and_then(|x| inner.clock.sleep_for(x));
-        inner.parker.park(timeout);
+        let timeout = match next {
+            // Callers that run anyway may advance the wheel for us once `x` has passed
+            // (`advance_if_due`); our own alarm is the fallback, `grace` later, and each of their
+            // advances moves it past the next bucket (`rearm`).
+            Some(x) if inner.grace_ns > 0 => {
+                inner
+                    .help_at_ns
+                    .store(x.saturating_add(HELP_MARGIN_NS), Ordering::Release);
+                inner.clock.sleep_for(x.saturating_add(inner.grace_ns))
+            }
+            Some(x) => inner.clock.sleep_for(x),
+            None => None,
+        };
+        inner.parker.park_reaper(timeout);
         inner.stats.wakeups.fetch_add(1, Ordering::Relaxed);
     }
 }
+
+/// How long after a bucket's expiration callers start advancing the wheel for the reaper: a
+/// caller compares its cheap clock reading (`Clock::deadline_base_ns`, at most a few
+/// microseconds above the clock) with the expiration, and an advance before the bucket is really
+/// due would find nothing to do. Far below a tick, so it does not change when tasks run.
+pub(crate) const HELP_MARGIN_NS: u64 = 20_000;
 
 fn has_ready<T: TimerTask>(inner: &Inner<T>) -> bool {
     inner.inline

@@ -144,6 +144,10 @@ pub struct TimerStats {
     pub levels: usize,
     /// Times the reaper thread woke from a sleep.
     pub reaper_wakeups: u64,
+    /// Advances done for the reaper by callers of
+    /// [`advance_if_due`](crate::SystemTimer::advance_if_due) while it waited out its grace
+    /// ([`Builder::reaper_grace`](crate::Builder::reaper_grace)): wake-ups it was spared.
+    pub caller_advances: u64,
     /// How late tasks started.
     pub lateness: Lateness,
 }
@@ -161,6 +165,8 @@ pub(crate) struct Counters {
     /// Dispatched tasks handed back at shutdown instead of running.
     pub(crate) returned: AtomicU64,
     pub(crate) wakeups: AtomicU64,
+    /// Advances done by callers for the reaper (`Inner::help`).
+    pub(crate) helps: AtomicU64,
     pub(crate) lateness: Histogram,
 }
 
@@ -173,6 +179,7 @@ impl Counters {
             panicked: AtomicU64::new(0),
             returned: AtomicU64::new(0),
             wakeups: AtomicU64::new(0),
+            helps: AtomicU64::new(0),
             lateness: Histogram::new(),
         }
     }

@@ -83,6 +83,15 @@ pub(crate) struct Inner<T> {
     pub(crate) id: u32,
     pub(crate) clock: Box<dyn Clock>,
     pub(crate) tick_ns: u64,
+    /// How long past a due bucket the reaper's own timer waits for an add to wake it (0: no
+    /// waiting, and no nudges). See [`Builder::reaper_grace`].
+    pub(crate) grace_ns: u64,
+    /// With a grace: the time (ns) from which a caller of `advance_if_due` should advance the
+    /// wheel for the reaper (the earliest bucket's expiration plus `reaper::HELP_MARGIN_NS`);
+    /// `u64::MAX` while no help is wanted. Published by the reaper before it sleeps and by each
+    /// helper after its advance; a caller claims it with a compare-and-swap to `u64::MAX`, so one
+    /// caller advances per publication.
+    pub(crate) help_at_ns: AtomicU64,
     pub(crate) inline: bool,
     /// Executor threads (0 in inline mode).
     pub(crate) executors: usize,
@@ -184,6 +193,7 @@ pub struct Builder<T: TimerTask = Task> {
     max_pending: Option<usize>,
     name: String,
     reaper: bool,
+    reaper_grace: Duration,
     shards: Option<usize>,
     _task: std::marker::PhantomData<fn(T)>,
 }
@@ -203,6 +213,7 @@ impl<T: TimerTask> Builder<T> {
             max_pending: None,
             name: "timer".into(),
             reaper: true,
+            reaper_grace: Duration::ZERO,
             shards: None,
             _task: std::marker::PhantomData,
         }
@@ -258,6 +269,33 @@ impl<T: TimerTask> Builder<T> {
     /// [`SystemTimer::advance`] and friends.
     pub fn reaper(mut self, on: bool) -> Self {
         self.reaper = on;
+        self
+    }
+
+    /// Lets callers that run anyway advance the wheel for the reaper, and has the reaper's own
+    /// timer wait `grace` longer for them (default zero: the reaper wakes on its own timer when
+    /// the earliest bucket is due, and [`advance_if_due`](SystemTimer::advance_if_due) does
+    /// nothing).
+    ///
+    /// With a grace, while the reaper sleeps towards the earliest bucket, the first call of
+    /// [`SystemTimer::advance_if_due`] that finds the clock past that bucket's expiration (plus a
+    /// few microseconds, the error bound of its cheap clock reading) advances the wheel itself,
+    /// and moves the reaper's wake-up past the next bucket without waking it (on Linux, where
+    /// the reaper then sleeps on a timerfd; elsewhere the reaper still wakes at the time it chose
+    /// and sleeps again). Due tasks go where they would have: to the executors, or, in inline
+    /// mode, run on the calling thread. A thread that runs every tick anyway (one taking
+    /// requests, say; the purgatory calls it after each new operation) so keeps the wheel's time,
+    /// and the reaper sleeps through: on a virtual machine a thread's timer wake-up costs it far
+    /// more CPU than the advance it does (see the project's README).
+    ///
+    /// Tasks still never run early. What changes is the bound on lateness: while callers keep
+    /// coming (at least one per tick), a due bucket is advanced at the first call after it;
+    /// when they stop, the reaper's own timer fires up to `grace` later than without this
+    /// option, so a task runs at most one tick plus `grace` after its deadline (plus scheduling
+    /// noise). Without callers of `advance_if_due` a grace only makes expiry later. The
+    /// purgatory's own timer uses two ticks. No effect on a timer without a reaper.
+    pub fn reaper_grace(mut self, grace: Duration) -> Self {
+        self.reaper_grace = grace;
         self
     }
 
@@ -329,6 +367,8 @@ impl<T: TimerTask> Builder<T> {
             id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             clock,
             tick_ns,
+            grace_ns: crate::clock::duration_ns(self.reaper_grace),
+            help_at_ns: AtomicU64::new(u64::MAX),
             inline,
             executors: if inline { 0 } else { self.executor_threads },
             dispatch: Mutex::new(dispatch),
@@ -344,7 +384,9 @@ impl<T: TimerTask> Builder<T> {
             moving: AtomicU64::new(0),
             returned: Mutex::new(Vec::new()),
             #[cfg(not(loom))]
-            parker: Arc::new(crate::reaper::Parker::new()),
+            parker: Arc::new(crate::reaper::Parker::new(
+                self.reaper && self.reaper_grace > Duration::ZERO,
+            )),
             #[cfg(not(loom))]
             idle_executors: crate::reaper::Semaphore::default(),
             name: self.name,
@@ -380,6 +422,7 @@ impl<T: TimerTask> fmt::Debug for Builder<T> {
             .field("max_pending", &self.max_pending)
             .field("name", &self.name)
             .field("reaper", &self.reaper)
+            .field("reaper_grace", &self.reaper_grace)
             .finish()
     }
 }
@@ -567,6 +610,41 @@ impl<T: TimerTask> SystemTimer<T> {
         self.inner.advance_to_ns(self.inner.clock.now_ns())
     }
 
+    /// Advances the timer for its reaper if the reaper waits for a caller to (a timer built with
+    /// a [`reaper_grace`](Builder::reaper_grace)) and a bucket is due: see there. Call it from a
+    /// thread that runs every tick or so anyway, at a point where running due tasks is safe in
+    /// inline mode (no lock held that a task might take). Returns how many tasks it dispatched.
+    ///
+    /// Cheap when there is nothing to do: one relaxed atomic load (plus a clock reading of about
+    /// 13 ns once a bucket may be due). At most one caller advances per due bucket; the others
+    /// return 0 at once, never waiting for it.
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use system_timer::SystemTimer;
+    ///
+    /// // A grace longer than the test: only a caller can run the task in time.
+    /// let timer = SystemTimer::builder().inline().reaper_grace(Duration::from_secs(3600)).build();
+    /// let ran = Arc::new(AtomicUsize::new(0));
+    /// let r = ran.clone();
+    /// timer.add(Duration::from_millis(5), move || { r.fetch_add(1, Ordering::SeqCst); })?;
+    /// while ran.load(Ordering::SeqCst) == 0 {
+    ///     std::thread::sleep(Duration::from_millis(1));
+    ///     timer.advance_if_due(); // this thread keeps the wheel's time; the reaper sleeps
+    /// }
+    /// assert_eq!(timer.stats().caller_advances, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn advance_if_due(&self) -> usize {
+        #[cfg(not(loom))]
+        return self.inner.help();
+        #[cfg(loom)]
+        0
+    }
+
     /// [`advance`](Self::advance) to an explicit time in ms on the timer's clock, for callers
     /// that drive time themselves. A time ahead of the clock is clamped to the clock (never early).
     #[doc(alias = "advanceClock")]
@@ -628,6 +706,7 @@ impl<T: TimerTask> SystemTimer<T> {
             queued_buckets,
             levels,
             reaper_wakeups: s.wakeups.load(Ordering::Relaxed),
+            caller_advances: s.helps.load(Ordering::Relaxed),
             lateness: s.lateness.snapshot(),
         }
     }
@@ -805,6 +884,51 @@ impl<T: TimerTask> Inner<T> {
         }
     }
 
+    /// [`SystemTimer::advance_if_due`]: advances the wheel for the reaper if it waits for help
+    /// past a bucket that is due by now (see `help_at_ns`). One relaxed load when it does not
+    /// (the line is written once per tick, so it stays shared in the callers' caches), a cheap
+    /// clock reading when it does.
+    #[cfg(not(loom))]
+    #[inline]
+    pub(crate) fn help(&self) -> usize {
+        let at = self.help_at_ns.load(Ordering::Relaxed);
+        if at == u64::MAX || self.clock.deadline_base_ns() < at {
+            return 0;
+        }
+        self.help_claimed(at)
+    }
+
+    #[cfg(not(loom))]
+    #[cold]
+    fn help_claimed(&self, at: u64) -> usize {
+        if self
+            .help_at_ns
+            .compare_exchange(at, u64::MAX, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+        {
+            return 0; // another caller (or the reaper, republishing) got there first
+        }
+        self.stats.helps.fetch_add(1, Ordering::Relaxed);
+        let now = self.clock.now_ns();
+        self.advance_to_ns_then(now, || {
+            // The wheel lock is released; the tasks have not run yet (they may be slow): hand
+            // the next bucket on to the next helper, and move the reaper's alarm past it.
+            match self.wheel.next_expiration() {
+                Some(x) => {
+                    self.help_at_ns.store(
+                        x.saturating_add(crate::reaper::HELP_MARGIN_NS),
+                        Ordering::Release,
+                    );
+                    self.parker
+                        .rearm(self.clock.sleep_for(x.saturating_add(self.grace_ns)));
+                }
+                // Nothing queued: the add that queues the next bucket finds it the earliest and
+                // unparks the reaper.
+                None => self.parker.rearm(None),
+            }
+        })
+    }
+
     /// Dispatches a task that was already due when added.
     fn dispatch_now(&self, job: Job<T>) -> Result<(), ScheduleError<T>> {
         let mut d = self.dispatch.lock();
@@ -861,6 +985,12 @@ impl<T: TimerTask> Inner<T> {
 
     /// Advances the wheel to `now_ns`, dispatching what is due. Returns how many tasks.
     pub(crate) fn advance_to_ns(&self, now_ns: u64) -> usize {
+        self.advance_to_ns_then(now_ns, || {})
+    }
+
+    /// [`advance_to_ns`](Self::advance_to_ns), calling `unlocked` once the wheel's locks are
+    /// released and before the tasks are dispatched (not if the wheel is closed).
+    fn advance_to_ns_then(&self, now_ns: u64, unlocked: impl FnOnce()) -> usize {
         let mut jobs = Vec::new();
         let from_wheel;
         {
@@ -893,6 +1023,7 @@ impl<T: TimerTask> Inner<T> {
             // then waits for `running` to drop to zero, cannot miss these jobs.
             self.running.fetch_add(1, Ordering::AcqRel);
         }
+        unlocked();
         if from_wheel > 0 {
             if let Some(cap) = &self.cap {
                 cap.used.fetch_sub(from_wheel, Ordering::AcqRel);
