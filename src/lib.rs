@@ -8,6 +8,7 @@ pub use timing_wheel;
 pub mod broker;
 pub mod churn;
 pub mod completion;
+pub mod done_log;
 pub mod idle;
 pub mod load;
 pub mod measure;

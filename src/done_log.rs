@@ -1,0 +1,204 @@
+//! The W4 harness's record of completions: each thread that completes requests appends to a log
+//! of its own, and the run collects the logs once its threads are done.
+//!
+//! Appending is a sequential write on the completing thread. A table indexed by request id (the
+//! harness's first design) cost a cache miss and a TLB miss per completion (32 MB of slots for a
+//! million requests, touched in completion order, i.e. at random): a third of the completer's
+//! CPU, counted against the purgatory in W4's figure. The per-request checks (exactly once,
+//! outcome against timing) are computed from the logs after the run, outside the measured time.
+//!
+//! Ground rules: a log is keyed by its run's id, so runs in one process (`--find-max-rate`) and
+//! runs on concurrent test threads keep apart. A thread's records go to the shared `FINISHED`
+//! list when it exits (its thread-local's destructor, which runs before a `join` of the thread
+//! returns) or when it starts logging for another run; [`collect`] takes a run's records from
+//! that list and from the calling thread's own log. So once every thread that completed a run's
+//! requests has exited (the completer joined, the timer shut down), except the caller, `collect`
+//! sees every record of the run.
+#![allow(clippy::disallowed_types)] // a std mutex in the benchmark harness, not the library
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// One `on_complete` call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Done {
+    /// When it ran, ns since the run's start.
+    pub at_ns: u64,
+    /// The request.
+    pub id: u32,
+    /// Expiry completed it (`on_expiration` ran right after, on the same thread).
+    pub expired: bool,
+}
+
+static NEXT_RUN: AtomicU64 = AtomicU64::new(1);
+static FINISHED: Mutex<Vec<(u64, Vec<Done>)>> = Mutex::new(Vec::new());
+
+/// A fresh run id (never 0, which no log starts with).
+pub fn new_run() -> u64 {
+    NEXT_RUN.fetch_add(1, Ordering::Relaxed)
+}
+
+struct ThreadLog {
+    run: u64,
+    done: Vec<Done>,
+}
+
+impl ThreadLog {
+    /// Hands the records kept so far to `FINISHED`.
+    fn finish(&mut self) {
+        if !self.done.is_empty() {
+            let done = std::mem::take(&mut self.done);
+            FINISHED
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((self.run, done));
+        }
+    }
+}
+
+impl Drop for ThreadLog {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+thread_local! {
+    static LOG: RefCell<ThreadLog> = const {
+        RefCell::new(ThreadLog {
+            run: 0,
+            done: Vec::new(),
+        })
+    };
+}
+
+/// Makes `buf` (empty; its capacity already touched by the caller, outside the measured time)
+/// this thread's log for run `run`, finishing any records it held.
+pub fn install(run: u64, buf: Vec<Done>) {
+    LOG.with(|l| {
+        let mut l = l.borrow_mut();
+        l.finish();
+        l.run = run;
+        l.done = buf;
+    });
+}
+
+/// An empty log buffer with room for `n` records, its memory touched (so that first-touch page
+/// faults are not counted in a run that [`install`]s it).
+pub fn touched_buffer(n: usize) -> Vec<Done> {
+    let mut v = vec![
+        Done {
+            at_ns: 0,
+            id: 0,
+            expired: false,
+        };
+        n
+    ];
+    v.iter_mut().for_each(|d| d.at_ns = std::hint::black_box(1));
+    v.clear();
+    v
+}
+
+/// Appends a completion of run `run` to this thread's log.
+#[inline]
+pub fn push(run: u64, done: Done) {
+    LOG.with(|l| {
+        let mut l = l.borrow_mut();
+        if l.run != run {
+            l.finish();
+            l.run = run;
+        }
+        l.done.push(done);
+    });
+}
+
+/// Marks this thread's last record (which must be request `id`'s, of run `run`) as an expiry.
+#[inline]
+pub fn mark_expired(run: u64, id: u32) {
+    LOG.with(|l| {
+        let mut l = l.borrow_mut();
+        let this_run = l.run == run;
+        match l.done.last_mut().filter(|_| this_run) {
+            Some(d) if d.id == id => d.expired = true,
+            // on_expiration always follows on_complete on the same thread (the purgatory's
+            // contract); anything else is a bug worth stopping a benchmark for.
+            _ => panic!("on_expiration of request {id} without its on_complete on this thread"),
+        }
+    });
+}
+
+/// Every record of run `run`: those of the threads that have exited (or moved to another run)
+/// and the calling thread's own.
+pub fn collect(run: u64) -> Vec<Done> {
+    let mut out = Vec::new();
+    LOG.with(|l| {
+        let mut l = l.borrow_mut();
+        if l.run == run {
+            out.append(&mut l.done);
+        }
+    });
+    FINISHED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain_mut(|(r, done)| {
+            if *r == run {
+                out.append(done);
+                false
+            } else {
+                true
+            }
+        });
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(id: u32) -> Done {
+        Done {
+            at_ns: u64::from(id) * 10,
+            id,
+            expired: false,
+        }
+    }
+
+    #[test]
+    fn records_of_exited_threads_and_the_caller_are_collected_per_run() {
+        let (a, b) = (new_run(), new_run());
+        push(a, d(1));
+        std::thread::Builder::new()
+            .spawn(move || {
+                push(a, d(2));
+                mark_expired(a, 2);
+                push(b, d(3)); // moves this thread to run b: run a's records are finished
+                push(b, d(4));
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        let mut got = collect(a);
+        got.sort_by_key(|x| x.id);
+        assert_eq!(
+            got,
+            [
+                d(1),
+                Done {
+                    expired: true,
+                    ..d(2)
+                }
+            ]
+        );
+        let ids: Vec<u32> = collect(b).iter().map(|x| x.id).collect();
+        assert_eq!(ids, [3, 4], "the exited thread's records of run b");
+        assert!(collect(a).is_empty(), "collected once");
+    }
+
+    #[test]
+    #[should_panic(expected = "without its on_complete")]
+    fn an_expiry_without_its_completion_is_a_bug() {
+        let r = new_run();
+        push(r, d(7));
+        mark_expired(r, 8);
+    }
+}
