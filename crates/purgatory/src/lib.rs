@@ -48,6 +48,11 @@
 //! * Time comes from the timer's clock: a purgatory on a manual clock with no reaper thread is
 //!   fully deterministic ([`Purgatory::advance`]), purges included.
 //! * Shutdown hands back the pending operations; nothing is lost.
+//! * While operations keep arriving, their callers keep the timer's time: the first
+//!   `try_complete_else_watch` after a timer bucket is due advances the timer (expiring that
+//!   bucket's operations on the caller's thread, with no lock held), and the reaper sleeps
+//!   through instead of waking once per tick (Kafka's reaper wakes for every bucket). With no
+//!   new operations, the reaper expires them at most [`Builder::reaper_grace`] (2 ms) later.
 //!
 //! # Implementation
 //!

@@ -315,6 +315,12 @@ where
     ///
     /// Returns [`Watched::completed`] = true only if this call completed the operation.
     ///
+    /// Before it returns, with no lock of the purgatory held, the call may advance the timer for
+    /// its reaper (a timer with a [`reaper_grace`](Builder::reaper_grace), as the own timer by
+    /// default): the operations of a due bucket then expire on this thread (their `on_complete`
+    /// and `on_expiration` run here, in inline mode). So do not call it while holding a lock that
+    /// an operation's callbacks take, or give the purgatory a grace of zero.
+    ///
     /// # Errors
     ///
     /// [`WatchError::NoKeys`] for an empty key set (the operation is handed back untouched);

@@ -656,3 +656,88 @@ fn the_own_reaper_expires_operations_on_the_real_clock() {
     }
     drop(p);
 }
+
+/// Where and when an operation expired.
+type Expiry = Arc<Mutex<Option<(std::thread::ThreadId, String, Instant)>>>;
+
+/// An operation that is never ready; its expiry records the thread (id and name) and the time.
+struct NeverReady(Expiry);
+
+impl DelayedOperation for NeverReady {
+    fn try_complete(&mut self) -> bool {
+        false
+    }
+    fn on_complete(&mut self) {}
+    fn on_expiration(&mut self) {
+        let t = std::thread::current();
+        *self.0.lock().unwrap() = Some((t.id(), t.name().unwrap_or("").to_owned(), Instant::now()));
+    }
+}
+
+/// With a reaper grace no test outlives, a due operation waits for the next new operation: the
+/// `try_complete_else_watch` that comes after its timeout expires it, on the calling thread,
+/// before it returns (the own timer runs expiries inline), and `delayed()` says so.
+///
+/// Catches: `try_complete_else_watch` not calling `advance_if_due` (A is still pending when B's
+/// call returns); a purgatory that does not pass its grace to the own timer (the reaper, with
+/// the default grace 0, expires A during the sleep); expiries run on another thread.
+#[test]
+fn a_new_operation_expires_due_operations_on_its_callers_thread() {
+    let p: Purgatory<u8, NeverReady> = Purgatory::builder()
+        .name("helping")
+        .reaper_grace(LONG)
+        .build();
+    let (a, b) = (Expiry::default(), Expiry::default());
+    let due = Instant::now() + 5 * MS;
+    let wa = p
+        .try_complete_else_watch(NeverReady(a.clone()), 5 * MS, &[1])
+        .unwrap();
+    std::thread::sleep(30 * MS);
+    // The reaper waits an hour past A's bucket, and nothing else advances the timer.
+    assert!(a.lock().unwrap().is_none(), "expired without a caller");
+    assert!(!wa.handle.is_completed());
+    assert_eq!(p.delayed(), 1);
+    let wb = p
+        .try_complete_else_watch(NeverReady(b.clone()), LONG, &[2])
+        .unwrap();
+    assert!(!wb.completed);
+    let (on, _, at) = a
+        .lock()
+        .unwrap()
+        .clone()
+        .expect("B's call did not expire A");
+    assert_eq!(on, std::thread::current().id(), "expired on another thread");
+    assert!(at >= due, "expired {:?} early", due - at);
+    assert!(wa.handle.is_completed() && !wb.handle.is_completed());
+    assert_eq!(p.delayed(), 1, "only B is delayed");
+    assert_eq!(p.stats().expired, 1);
+    assert!(p.timer().stats().caller_advances >= 1);
+    p.check_invariants();
+}
+
+/// With the default builder (a grace of two ticks), an operation expires with no other call:
+/// the reaper's own alarm, not before its timeout, on the reaper thread.
+///
+/// Catches: a reaper that waits for callers for ever once it has a grace (alarm disarmed or
+/// never set: hang); an expiry before the timeout.
+#[test]
+fn with_the_default_grace_operations_expire_without_new_operations() {
+    let p: Purgatory<u8, NeverReady> = Purgatory::builder().name("alone").build();
+    let a = Expiry::default();
+    let timeout = 10 * MS;
+    let due = Instant::now() + timeout;
+    let w = p
+        .try_complete_else_watch(NeverReady(a.clone()), timeout, &[1])
+        .unwrap();
+    let t0 = Instant::now();
+    while a.lock().unwrap().is_none() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "never expired");
+        std::thread::sleep(MS);
+    }
+    let (_, name, at) = a.lock().unwrap().clone().unwrap();
+    assert!(at >= due, "expired {:?} early", due - at);
+    assert!(name.ends_with("-reaper"), "expired on {name:?}");
+    assert!(w.handle.is_completed());
+    assert_eq!(p.delayed(), 0);
+    assert_eq!(p.timer().stats().caller_advances, 0);
+}

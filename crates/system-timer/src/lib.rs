@@ -40,6 +40,13 @@
 //!   ask it what happened) at the price of a shared reference count per task.
 //! * **A task type of your own.** A timer is generic over its [`TimerTask`]; the default
 //!   [`Task`] boxes a closure, or runs an `Arc` it is given ([`Task::from_arc`], no box).
+//! * **A reaper that sleeps while callers keep time.** With a
+//!   [`reaper_grace`](Builder::reaper_grace), threads that run anyway (a request handler; the
+//!   purgatory after each new operation) call [`SystemTimer::advance_if_due`]: the first one
+//!   after a bucket is due advances the wheel and moves the reaper's alarm past the next bucket
+//!   without waking it, so a busy timer costs no thread wake-up per tick (a wake-up costs a
+//!   thread far more CPU than the advance, above all on a virtual machine). The reaper steps in,
+//!   `grace` late, only when the callers stop.
 //! * **A cheap clock read for deadlines.** Deadlines come from an upper bound of the monotonic
 //!   clock computed from the CPU's cycle counter (about 13 ns instead of 26 ns for
 //!   `Instant::now()` here); see [`SystemClock`]. Deciding what is due always uses the real

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, TryRecvError};
 
-use crate::sync::atomic::Ordering;
+use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::thread::{spawn_named, JoinHandle};
 use crate::sync::{Arc, Condvar, Mutex, Weak};
 use crate::task::TimerTask;
@@ -38,14 +38,18 @@ use crate::timer::{Inner, Job};
 /// the condvar are any thread (`park`: the reaper without an alarm, `advance_clock`, shutdown's
 /// wait); the alarm has one sleeper, the reaper (`park_reaper`). The alarm is set only under the
 /// mutex: by the reaper before it blocks (after seeing no permit), by `unpark` to "at once"
-/// (after granting the permit), and by `rearm` only while no permit is pending. So an `unpark`
-/// is never lost: it lands either before the reaper's look at the permit (which it then
-/// consumes) or after the reaper set its alarm (which it then fires), and no `rearm` can move
-/// the alarm past it.
+/// (after granting the permit), and by `rearm` only while no permit is pending and no `unpark`
+/// came since its caller read the wheel (`epoch`). So an `unpark` is never lost: it lands either
+/// before the reaper's look at the permit (which it then consumes) or after the reaper set its
+/// alarm (which it then fires), and no `rearm` can move the alarm past it, nor past a bucket
+/// the reaper was unparked for after the rearming caller's look at the wheel.
 #[derive(Debug, Default)]
 pub(crate) struct Parker {
     notified: Mutex<bool>,
     cv: Condvar,
+    /// Bumped by every `unpark` (under `notified`'s mutex): a `rearm` computed from a reading of
+    /// the wheel taken before an `unpark` (an add that queued an earlier bucket) is stale.
+    epoch: AtomicU64,
     /// The reaper's alarm, when the timer has a grace (Linux): lets a thread that advanced the
     /// wheel move the reaper's wake-up later without waking it.
     #[cfg(target_os = "linux")]
@@ -61,6 +65,7 @@ impl Parker {
         Parker {
             notified: Mutex::new(false),
             cv: Condvar::new(),
+            epoch: AtomicU64::new(0),
             #[cfg(target_os = "linux")]
             alarm: if alarm {
                 crate::alarm::Alarm::new()
@@ -112,6 +117,7 @@ impl Parker {
     pub(crate) fn unpark(&self) {
         let mut n = self.notified.lock();
         *n = true;
+        self.epoch.fetch_add(1, Ordering::AcqRel);
         self.cv.notify_one();
         #[cfg(target_os = "linux")]
         if let Some(alarm) = &self.alarm {
@@ -119,19 +125,29 @@ impl Parker {
         }
     }
 
-    /// Moves the reaper's alarm to `timeout` from now (`None`: until unparked), unless an unpark
-    /// is pending. No effect without an alarm: the reaper then wakes at the time it chose, finds
-    /// nothing due and sleeps again.
-    pub(crate) fn rearm(&self, timeout: Option<Duration>) {
+    /// The count of unparks so far: read it before reading the wheel for a [`rearm`](Self::rearm).
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    /// Calls `publish` and moves the reaper's alarm to `timeout` from now (`None`: until
+    /// unparked), unless an unpark is pending or came since `epoch` was read (an add may have
+    /// queued an earlier bucket than the one `timeout` was computed from: the unparked reaper
+    /// publishes and sets its alarm from a fresh reading). No alarm move without an alarm: the
+    /// reaper then wakes at the time it chose, finds nothing due and sleeps again.
+    pub(crate) fn rearm(&self, epoch: u64, timeout: Option<Duration>, publish: impl FnOnce()) {
+        let n = self.notified.lock();
+        if *n || self.epoch.load(Ordering::Acquire) != epoch {
+            return;
+        }
+        publish();
         #[cfg(target_os = "linux")]
         if let Some(alarm) = &self.alarm {
-            let n = self.notified.lock();
-            if !*n {
-                alarm.set(timeout);
-            }
+            alarm.set(timeout);
         }
         #[cfg(not(target_os = "linux"))]
         let _ = timeout;
+        drop(n);
     }
 }
 
@@ -293,7 +309,14 @@ fn reaper_loop<T: TimerTask>(inner: &Inner<T>) {
                 inner.clock.sleep_for(x.saturating_add(inner.grace_ns))
             }
             Some(x) => inner.clock.sleep_for(x),
-            None => None,
+            None => {
+                // Nothing queued: no help wanted (a stale time would make the next caller
+                // claim an empty advance) until an add queues a bucket and unparks us.
+                if inner.grace_ns > 0 {
+                    inner.help_at_ns.store(u64::MAX, Ordering::Release);
+                }
+                None
+            }
         };
         inner.parker.park_reaper(timeout);
         inner.stats.wakeups.fetch_add(1, Ordering::Relaxed);

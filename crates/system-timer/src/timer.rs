@@ -912,20 +912,22 @@ impl<T: TimerTask> Inner<T> {
         let now = self.clock.now_ns();
         self.advance_to_ns_then(now, || {
             // The wheel lock is released; the tasks have not run yet (they may be slow): hand
-            // the next bucket on to the next helper, and move the reaper's alarm past it.
-            match self.wheel.next_expiration() {
-                Some(x) => {
+            // the next bucket on to the next helper, and move the reaper's alarm past it. Unless
+            // the reaper was unparked since this reading of the wheel (an add queued an earlier
+            // bucket): it then publishes and sets its alarm itself, from a fresh reading.
+            let epoch = self.parker.epoch();
+            let next = self.wheel.next_expiration();
+            // Nothing queued (`None`): the add that queues the next bucket finds it the earliest
+            // and unparks the reaper.
+            let timeout = next.and_then(|x| self.clock.sleep_for(x.saturating_add(self.grace_ns)));
+            self.parker.rearm(epoch, timeout, || {
+                if let Some(x) = next {
                     self.help_at_ns.store(
                         x.saturating_add(crate::reaper::HELP_MARGIN_NS),
                         Ordering::Release,
                     );
-                    self.parker
-                        .rearm(self.clock.sleep_for(x.saturating_add(self.grace_ns)));
                 }
-                // Nothing queued: the add that queues the next bucket finds it the earliest and
-                // unparks the reaper.
-                None => self.parker.rearm(None),
-            }
+            });
         })
     }
 

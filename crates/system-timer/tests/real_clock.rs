@@ -3,11 +3,49 @@
 #![cfg(not(loom))]
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)] // std clock and locks on purpose
 
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread;
 use std::time::{Duration, Instant};
 
-use system_timer::{Clock, SystemClock, SystemTimer};
+use system_timer::{Builder, Clock, ScheduleError, SystemClock, SystemTimer, TimerTask};
+
+const MS: Duration = Duration::from_millis(1);
+/// A reaper grace no test outlives: only callers of `advance_if_due` can run due tasks in time.
+const HOUR: Duration = Duration::from_secs(3600);
+/// How long a test waits for something that must happen before it calls it a hang.
+const HANG: Duration = Duration::from_secs(10);
+
+/// Waits (polling every millisecond) until `done`; panics with `what` after [`HANG`].
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !done() {
+        assert!(t0.elapsed() < HANG, "hung: {what}");
+        thread::sleep(MS);
+    }
+}
+
+/// The current thread's name ("" if unnamed).
+fn thread_name() -> String {
+    thread::current().name().unwrap_or("").to_owned()
+}
+
+/// What [`add_recorder`]'s task records: the name of the thread it ran on, and when.
+type Record = Arc<Mutex<Option<(String, Instant)>>>;
+
+/// Adds a task due `delay` from now that records where and when it ran; returns the record
+/// (empty until it runs) and the instant before which it must not run.
+fn add_recorder(timer: &SystemTimer, delay: Duration) -> (Record, Instant) {
+    let ran: Record = Arc::default();
+    let r = ran.clone();
+    let due = Instant::now() + delay;
+    timer
+        .add(delay, move || {
+            *r.lock().unwrap() = Some((thread_name(), Instant::now()));
+        })
+        .unwrap();
+    (ran, due)
+}
 
 /// 10,000 tasks with random delays up to 200 ms: each records `Instant::now()` when it runs;
 /// none runs before `instant taken just before its add + delay`, measured in nanoseconds, and
@@ -209,4 +247,498 @@ fn keyed_tasks_after_calibration_none_early_in_nanoseconds() {
     );
     assert!(runs.iter().all(|r| r.load(SeqCst) == 1), "a task ran twice");
     assert!(timer.shutdown().is_empty());
+}
+
+// ===== reaper grace: callers of `advance_if_due` advance the wheel for the reaper =====
+
+/// With a grace no test outlives, a due task can only run in time if a caller advances the
+/// wheel: the first `advance_if_due` after its bucket is due does, and (inline) runs it on the
+/// calling thread, not before its deadline, counted as a caller advance.
+///
+/// Catches: `advance_if_due` doing nothing, or the reaper not publishing `help_at` before it
+/// sleeps (hang); a helped advance that runs its tasks on another thread (thread check); one
+/// that advances the wheel past the clock (early); a help that is not counted.
+#[test]
+fn a_caller_advances_a_due_bucket_for_a_reaper_with_a_grace() {
+    let timer = SystemTimer::builder()
+        .inline()
+        .name("helped")
+        .reaper_grace(HOUR)
+        .build();
+    let (ran, due) = add_recorder(&timer, 10 * MS);
+    let t0 = Instant::now();
+    let mut dispatched = 0;
+    let (on, at) = loop {
+        if let Some(x) = ran.lock().unwrap().clone() {
+            break x;
+        }
+        assert!(t0.elapsed() < HANG, "no caller advanced the due bucket");
+        thread::sleep(MS);
+        dispatched += timer.advance_if_due();
+    };
+    assert_eq!(on, thread_name(), "ran on another thread");
+    assert!(at >= due, "ran {:?} early", due - at);
+    assert_eq!(dispatched, 1, "advance_if_due reports the task it ran");
+    assert!(timer.stats().caller_advances >= 1);
+    assert!(timer.shutdown().is_empty());
+}
+
+/// With a grace and no caller of `advance_if_due`, the reaper still runs a due task on its own
+/// alarm, `grace` after the task's bucket: on the reaper thread, not before `deadline + grace -
+/// one tick` (a bucket's time is at most a tick before its tasks' deadlines).
+///
+/// Catches: a reaper that waits for callers for ever (its alarm disarmed or never set: hang);
+/// one that ignores the grace and wakes at the bucket (the lower bound); a caller advance
+/// counted without a caller.
+#[test]
+fn without_callers_the_reaper_runs_due_tasks_after_its_grace() {
+    let grace = 50 * MS;
+    let timer = SystemTimer::builder()
+        .inline()
+        .name("graced")
+        .reaper_grace(grace)
+        .build();
+    let (ran, due) = add_recorder(&timer, 5 * MS);
+    wait_until("the reaper never ran the due task", || {
+        ran.lock().unwrap().is_some()
+    });
+    let (name, at) = ran.lock().unwrap().clone().unwrap();
+    assert!(name.ends_with("-reaper"), "ran on {name:?}");
+    let earliest = due + grace - timer.tick();
+    assert!(
+        at >= earliest,
+        "the reaper ran it {:?} before its grace was out",
+        earliest - at
+    );
+    assert_eq!(timer.stats().caller_advances, 0);
+    assert!(timer.shutdown().is_empty());
+}
+
+/// A thread that adds a task every millisecond (constant delay, so no add queues a new earliest
+/// bucket) and calls `advance_if_due` after each keeps the wheel's time: the reaper, whose alarm
+/// each caller advance moves past the next bucket, sleeps through. Every task still runs exactly
+/// once and never early.
+///
+/// Catches: a reaper that wakes at every bucket (the grace ignored: `wakeups < ticks / 3`, and
+/// no caller advances); a `rearm` that does not move the alarm, or a reaper that sleeps on its
+/// condvar instead of the timerfd, so that it wakes once per grace while callers keep time
+/// (`wakeups <= elapsed / (2 * grace)`: about twice as many were it so); callers that never help
+/// (`caller_advances`); a helped advance that runs a task twice or early.
+#[cfg(target_os = "linux")]
+#[test]
+fn callers_keep_the_reaper_asleep() {
+    const MAX: usize = 20_000;
+    let grace = 25 * MS;
+    let busy = Duration::from_millis(600);
+    let timer = SystemTimer::builder()
+        .inline()
+        .name("asleep")
+        .reaper_grace(grace)
+        .build();
+    let runs = Arc::new((0..MAX).map(|_| AtomicUsize::new(0)).collect::<Vec<_>>());
+    let early = Arc::new(Mutex::new(Vec::new()));
+    let delay = 5 * MS;
+    let add = |i: usize| {
+        let (runs, early) = (runs.clone(), early.clone());
+        let due = Instant::now() + delay;
+        timer
+            .add(delay, move || {
+                let now = Instant::now();
+                if now < due {
+                    early.lock().unwrap().push((i, due - now));
+                }
+                runs[i].fetch_add(1, SeqCst);
+            })
+            .unwrap();
+    };
+    // Warm-up: the first add queues the earliest bucket and wakes the reaper.
+    add(0);
+    timer.advance_if_due();
+    let mut n = 1;
+    thread::sleep(MS);
+    let wakeups0 = timer.stats().reaper_wakeups;
+    let t0 = Instant::now();
+    while t0.elapsed() < busy && n < MAX {
+        add(n);
+        n += 1;
+        timer.advance_if_due();
+        thread::sleep(MS);
+    }
+    let elapsed = t0.elapsed();
+    let st = timer.stats();
+    let wakeups = st.reaper_wakeups - wakeups0;
+    wait_until("tasks lost or hung", || {
+        runs[..n].iter().all(|r| r.load(SeqCst) > 0)
+    });
+    assert!(runs[..n].iter().all(|r| r.load(SeqCst) == 1), "ran twice");
+    assert!(
+        early.lock().unwrap().is_empty(),
+        "early: {:?}",
+        early.lock().unwrap()
+    );
+    let ticks = (elapsed.as_nanos() / timer.tick().as_nanos()) as u64;
+    let graces = (elapsed.as_nanos() / grace.as_nanos()) as u64;
+    eprintln!(
+        "{n} tasks, {ticks} ticks, {wakeups} reaper wake-ups, {} caller advances",
+        st.caller_advances
+    );
+    assert!(st.caller_advances > 0, "no caller advanced the wheel");
+    assert!(
+        wakeups < ticks / 3,
+        "the reaper woke {wakeups} times in {ticks} ticks"
+    );
+    assert!(
+        wakeups <= graces / 2,
+        "the reaper woke {wakeups} times in {graces} graces: callers do not move its alarm"
+    );
+    assert!(timer.shutdown().is_empty());
+}
+
+/// In executor mode a caller's advance dispatches, and an executor runs the task (never the
+/// caller).
+///
+/// Catches: a helped advance that runs tasks on the calling thread whatever the mode (thread
+/// name); one that takes tasks out of the wheel and loses them (hang); `advance_if_due` doing
+/// nothing (hang: the grace outlives the test).
+#[test]
+fn helped_advances_in_executor_mode_still_run_tasks_on_the_executors() {
+    let timer = SystemTimer::builder()
+        .executor_threads(1)
+        .name("helpedx")
+        .reaper_grace(HOUR)
+        .build();
+    let (tx, rx) = mpsc::channel();
+    timer
+        .add(5 * MS, move || tx.send(thread_name()).unwrap())
+        .unwrap();
+    let t0 = Instant::now();
+    let mut dispatched = 0;
+    let name = loop {
+        if let Ok(name) = rx.try_recv() {
+            break name;
+        }
+        assert!(t0.elapsed() < HANG, "no caller advanced the due bucket");
+        thread::sleep(MS);
+        dispatched += timer.advance_if_due();
+    };
+    assert!(name.contains("-executor-"), "ran on {name:?}");
+    assert_eq!(dispatched, 1);
+    assert!(timer.stats().caller_advances >= 1);
+    assert!(timer.shutdown().is_empty());
+}
+
+/// Without a grace (the default), `advance_if_due` never advances, even with a bucket due and
+/// the reaper busy: a task blocks the reaper (inline) while a second task's bucket comes due;
+/// calls of `advance_if_due` return 0 and run nothing; the reaper runs it once freed.
+///
+/// Catches: a reaper that publishes `help_at` without a grace (the caller would claim the
+/// first bucket's stale time and run the second task here); a `help` that advances without a
+/// publication (`u64::MAX` not checked).
+#[test]
+fn advance_if_due_without_a_grace_does_nothing() {
+    let timer = SystemTimer::builder().inline().name("nograce").build();
+    let (started_tx, started_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    timer
+        .add(MS, move || {
+            started_tx.send(()).unwrap();
+            let _ = release_rx.recv_timeout(HANG);
+        })
+        .unwrap();
+    started_rx
+        .recv_timeout(HANG)
+        .expect("the reaper never ran the first task");
+    let ran = Arc::new(Mutex::new(None));
+    let r = ran.clone();
+    timer
+        .add(2 * MS, move || *r.lock().unwrap() = Some(thread_name()))
+        .unwrap();
+    // The second task's bucket is due (its deadline is less than a tick after the bucket).
+    let bucket = timer.next_expiration().expect("the second task is queued");
+    wait_until("the clock never passed the bucket", || {
+        timer.now() >= bucket + 2 * timer.tick()
+    });
+    for _ in 0..100 {
+        assert_eq!(timer.advance_if_due(), 0);
+    }
+    assert!(ran.lock().unwrap().is_none(), "a caller ran it");
+    assert_eq!(timer.stats().caller_advances, 0);
+    release_tx.send(()).unwrap();
+    wait_until("the reaper never ran the second task", || {
+        ran.lock().unwrap().is_some()
+    });
+    let name = ran.lock().unwrap().clone().unwrap();
+    assert!(name.ends_with("-reaper"), "ran on {name:?}");
+    assert_eq!(timer.stats().caller_advances, 0);
+    assert!(timer.shutdown().is_empty());
+}
+
+/// A task that counts its runs by id (its hand-back is counted from the shutdown's list), and
+/// starts after its timer's shutdown returned; it takes a little while (50 µs, counted in
+/// `busy`), so that the shutdown can come while an advance is running or dispatching a batch.
+struct Tracked {
+    id: usize,
+    runs: Arc<Vec<AtomicUsize>>,
+    shut: Arc<AtomicBool>,
+    late: Arc<AtomicUsize>,
+    busy: Arc<AtomicUsize>,
+}
+
+impl TimerTask for Tracked {
+    fn run(self) {
+        if self.shut.load(SeqCst) {
+            self.late.fetch_add(1, SeqCst);
+        }
+        self.busy.fetch_add(1, SeqCst);
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_micros(50) {
+            std::hint::spin_loop();
+        }
+        self.runs[self.id].fetch_add(1, SeqCst);
+        self.busy.fetch_sub(1, SeqCst);
+    }
+}
+
+/// Three threads add tasks (delays 1..20 ms) and call `advance_if_due` after each, while the
+/// reaper (a 2 ms grace) runs what they leave; the timer is shut down mid-way. Every accepted
+/// task is run exactly once or handed back exactly once; refused ones (added after the
+/// shutdown) neither; no task starts after `shutdown` returned. Inline and with two executors.
+///
+/// Catches: a shutdown that does not wait for the advances under way (a helper, or the reaper,
+/// running its batch after `shutdown` returned, or handing it back too late to be returned:
+/// the shutdown comes while a task of a batch runs); a helped advance that
+/// loses its batch or runs a task also handed back.
+#[test]
+fn shutdown_while_callers_help_hands_back_or_runs_every_task_once() {
+    // A few rounds: the shutdown lands at a different point of a batch each time.
+    for _ in 0..3 {
+        for executors in [0, 2] {
+            shutdown_while_helping(executors);
+        }
+    }
+}
+
+fn shutdown_while_helping(executors: usize) {
+    const THREADS: usize = 3;
+    const PER: usize = 100_000;
+    let b = Builder::<Tracked>::new()
+        .name("helpers")
+        .reaper_grace(2 * MS);
+    let b = match executors {
+        0 => b.inline(),
+        n => b.executor_threads(n),
+    };
+    let timer = Arc::new(b.build());
+    let runs = Arc::new(
+        (0..THREADS * PER)
+            .map(|_| AtomicUsize::new(0))
+            .collect::<Vec<_>>(),
+    );
+    let shut = Arc::new(AtomicBool::new(false));
+    let late = Arc::new(AtomicUsize::new(0));
+    let busy = Arc::new(AtomicUsize::new(0));
+    let adders: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (timer, runs) = (timer.clone(), runs.clone());
+            let (shut, late, busy) = (shut.clone(), late.clone(), busy.clone());
+            thread::spawn(move || {
+                let mut state = 11u64 + t as u64;
+                let mut refused = Vec::new();
+                for i in 0..PER {
+                    let id = t * PER + i;
+                    state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+                    let delay = Duration::from_micros(1_000 + (state >> 33) % 19_000);
+                    let task = Tracked {
+                        id,
+                        runs: runs.clone(),
+                        shut: shut.clone(),
+                        late: late.clone(),
+                        busy: busy.clone(),
+                    };
+                    match timer.add(delay, task) {
+                        Ok(_) => {}
+                        Err(ScheduleError::Shutdown(task)) => {
+                            refused.push(task.id);
+                            break;
+                        }
+                        Err(e) => panic!("{e}"),
+                    }
+                    timer.advance_if_due();
+                    thread::sleep(Duration::from_micros(100));
+                }
+                refused
+            })
+        })
+        .collect();
+    thread::sleep(Duration::from_millis(60));
+    // Mid-way, and mid-batch: while a task runs, its advance is under way.
+    wait_until("no task ever ran", || busy.load(SeqCst) > 0);
+    let back = timer.shutdown();
+    shut.store(true, SeqCst);
+    let refused: Vec<usize> = adders.into_iter().flat_map(|a| a.join().unwrap()).collect();
+    assert_eq!(refused.len(), THREADS, "every adder ran into the shutdown");
+    assert_eq!(
+        late.load(SeqCst),
+        0,
+        "tasks started after shutdown returned"
+    );
+    let mut handed = vec![0usize; THREADS * PER];
+    for task in &back {
+        handed[task.id] += 1;
+    }
+    let mut accepted = 0;
+    for id in 0..THREADS * PER {
+        let (r, h) = (runs[id].load(SeqCst), handed[id]);
+        let (t, i) = (id / PER, id % PER);
+        let refused_at = refused.iter().find(|&&x| x / PER == t).unwrap() % PER;
+        if i < refused_at {
+            accepted += 1;
+            assert_eq!(r + h, 1, "task {id}: ran {r} times, handed back {h} times");
+        } else {
+            assert_eq!((r, h), (0, 0), "task {id} was refused");
+        }
+    }
+    let st = timer.stats();
+    eprintln!(
+        "executors {executors}: {accepted} accepted, {} ran, {} handed back, {} caller advances",
+        st.fired,
+        back.len(),
+        st.caller_advances
+    );
+    assert!(st.caller_advances > 0, "no caller advanced: nothing tested");
+    assert!(st.fired > 0 && !back.is_empty(), "shutdown was not mid-way");
+    assert_eq!(st.scheduled, accepted as u64);
+    assert_eq!(st.scheduled, st.fired + st.handed_back + st.cancelled);
+    assert_eq!(st.pending, 0);
+}
+
+/// Wraps the system clock; stalls one chosen thread inside `sleep_for` until released (the
+/// helper's `sleep_for` call sits between its read of the next bucket and its `rearm`), and
+/// counts the reaper's calls (one per sleep it prepares).
+#[cfg(target_os = "linux")]
+#[derive(Clone, Debug)]
+struct StallingClock {
+    clock: SystemClock,
+    gate: Arc<(Mutex<Gate>, std::sync::Condvar)>,
+}
+
+#[cfg(target_os = "linux")]
+#[derive(Debug, Default)]
+struct Gate {
+    stall: Option<thread::ThreadId>,
+    stalled: bool,
+    released: bool,
+    reaper_sleeps: usize,
+}
+
+#[cfg(target_os = "linux")]
+impl StallingClock {
+    fn gate(&self) -> std::sync::MutexGuard<'_, Gate> {
+        self.gate.0.lock().unwrap()
+    }
+    /// Waits until `done` holds for the gate.
+    fn wait(&self, what: &str, done: impl Fn(&Gate) -> bool) {
+        let (lock, cv) = &*self.gate;
+        let (g, timeout) = cv
+            .wait_timeout_while(lock.lock().unwrap(), HANG, |g| !done(g))
+            .unwrap();
+        assert!(!timeout.timed_out(), "hung: {what}");
+        drop(g);
+    }
+    fn release(&self) {
+        self.gate().released = true;
+        self.gate.1.notify_all();
+    }
+}
+
+#[cfg(target_os = "linux")]
+impl Clock for StallingClock {
+    fn now_ns(&self) -> u64 {
+        self.clock.now_ns()
+    }
+    fn deadline_base_ns(&self) -> u64 {
+        self.clock.deadline_base_ns()
+    }
+    fn sleep_for(&self, deadline_ns: u64) -> Option<Duration> {
+        let (lock, cv) = &*self.gate;
+        let mut g = lock.lock().unwrap();
+        if thread_name().ends_with("-reaper") {
+            g.reaper_sleeps += 1;
+            cv.notify_all();
+        }
+        if g.stall == Some(thread::current().id()) && !g.released {
+            g.stalled = true;
+            cv.notify_all();
+            while !g.released {
+                g = cv.wait(g).unwrap();
+            }
+        }
+        drop(g);
+        self.clock.sleep_for(deadline_ns)
+    }
+}
+
+/// A caller's advance that was slow to move the reaper's alarm must not move it past a bucket
+/// queued meanwhile. The caller advances the only due bucket and reads the next one (an hour
+/// away), then stalls before its `rearm`; meanwhile a 5 ms task is added (the new earliest
+/// bucket: the reaper is woken, and sets its alarm `grace` past that bucket). When the caller
+/// resumes, its `rearm` must not push that alarm back to an hour: with no more callers, the
+/// reaper must still run the new task, on its own, after its grace.
+///
+/// Catches: `help_claimed` moving the alarm from a reading of the next bucket taken before the
+/// reaper's latest wake-up (the task would wait for the hour-away bucket: hang).
+#[cfg(target_os = "linux")]
+#[test]
+fn a_slow_caller_does_not_move_the_reapers_alarm_past_a_newer_earliest_bucket() {
+    let grace = 50 * MS;
+    let clock = StallingClock {
+        clock: SystemClock::new(),
+        gate: Arc::default(),
+    };
+    let timer = Arc::new(
+        SystemTimer::builder()
+            .inline()
+            .name("stall")
+            .clock(clock.clone())
+            .reaper_grace(grace)
+            .build(),
+    );
+    timer.add(HOUR, || ()).unwrap();
+    timer.add(5 * MS, || ()).unwrap();
+    let helper = {
+        let (timer, clock) = (timer.clone(), clock.clone());
+        thread::spawn(move || {
+            clock.gate().stall = Some(thread::current().id());
+            let t0 = Instant::now();
+            // One claim only: it stalls inside until released, then this thread stops helping.
+            while !clock.gate().released {
+                assert!(t0.elapsed() < HANG, "never claimed the due bucket");
+                thread::sleep(MS);
+                timer.advance_if_due();
+            }
+        })
+    };
+    clock.wait("the caller never claimed the due bucket", |g| g.stalled);
+    assert!(
+        timer.next_expiration().unwrap() > timer.now() + Duration::from_secs(60),
+        "the stalled caller has advanced the due bucket: only the hour-away one is left"
+    );
+    let sleeps = clock.gate().reaper_sleeps;
+    let (ran, due) = add_recorder(&timer, 5 * MS);
+    // The add queued the earliest bucket: the reaper wakes and prepares its next sleep. Give it
+    // time to set its alarm before the caller resumes (too short a wait only hides the bug).
+    clock.wait("the reaper never woke for the earliest bucket", |g| {
+        g.reaper_sleeps > sleeps
+    });
+    thread::sleep(20 * MS);
+    clock.release();
+    helper.join().unwrap();
+    wait_until(
+        "the new task never ran: the caller's rearm moved the reaper's alarm past it",
+        || ran.lock().unwrap().is_some(),
+    );
+    let (name, at) = ran.lock().unwrap().clone().unwrap();
+    assert!(name.ends_with("-reaper"), "ran on {name:?}");
+    assert!(at >= due, "ran {:?} early", due - at);
+    assert_eq!(timer.shutdown().len(), 1, "the hour-away task");
 }

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The W4 grid (both models, both operating points, 50k and 100k req/s, 1,000,000 requests), each
+# cell run RUNS times with up to three implementations interleaved run by run, so that all see
+# the same machine (this VM's speed drifts by tens of percent within an hour):
+#
+#   this build             ./target/release/kafka-timer (build first: cargo build --release)
+#   $BASE, if set          another build of the load generator (e.g. an earlier commit's)
+#   $KAFKA_CMD, if set     a command running Kafka's own DelayedOperationPurgatory and SystemTimer
+#                          under the same workload, taking the same --model --num --rate --pct50
+#                          --pct75 --timeout flags and printing one JSON line with
+#                          "cpu_s_per_million" (the 2026-11-23 figures used a Java driver over
+#                          Kafka's server-common classes, kept outside this repository)
+#
+# Prints one JSON line per run, prefixed with the implementation's name and the cell; summarise
+# with bench-results/summarize-w4.py. RUNS defaults to 3.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+B=./target/release/kafka-timer
+RUNS=${RUNS:-3}
+NUM=${NUM:-1000000}
+echo "# $(date -u) $(nproc) cpus; $(grep -m1 'model name' /proc/cpuinfo); $(uname -r)"
+rustc --version
+[ -n "${KAFKA_CMD:-}" ] && echo "# kafka: $KAFKA_CMD"
+[ -n "${BASE:-}" ] && echo "# base: $BASE"
+echo "## wake-cost"; $B wake-cost
+for model in kafka watch; do
+  for point in "20 60 low" "200 400 high"; do
+    set -- $point
+    for rate in 50000 100000; do
+      cell="model=$model point=$3 rate=$rate"
+      flags=(--model "$model" --pct50 "$1" --pct75 "$2" --rate "$rate" --num "$NUM")
+      for i in $(seq "$RUNS"); do
+        echo "rust $cell run=$i $($B "${flags[@]}" --progress 0 --json)"
+        if [ -n "${BASE:-}" ]; then
+          echo "base $cell run=$i $($BASE "${flags[@]}" --progress 0 --json)"
+        fi
+        if [ -n "${KAFKA_CMD:-}" ]; then
+          echo "kafka $cell run=$i $($KAFKA_CMD "${flags[@]}" --timeout 200 2>/dev/null | tail -1)"
+        fi
+      done
+    done
+  done
+done
+echo "## wake-cost (again)"; $B wake-cost
+echo "# done $(date -u)"
