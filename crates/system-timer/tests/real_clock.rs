@@ -30,6 +30,25 @@ fn thread_name() -> String {
     thread::current().name().unwrap_or("").to_owned()
 }
 
+/// Runs per task, and the tasks that ran early (by how much).
+type Counts = (Arc<Vec<AtomicUsize>>, Arc<Mutex<Vec<(usize, Duration)>>>);
+
+/// Adds task `i`, due `delay` from now: it counts its run in `runs[i]` and notes itself in
+/// `early` if it runs before its due instant (nanosecond resolution).
+fn add_counted(timer: &SystemTimer, delay: Duration, i: usize, (runs, early): &Counts) {
+    let (runs, early) = (runs.clone(), early.clone());
+    let due = Instant::now() + delay;
+    timer
+        .add(delay, move || {
+            let now = Instant::now();
+            if now < due {
+                early.lock().unwrap().push((i, due - now));
+            }
+            runs[i].fetch_add(1, SeqCst);
+        })
+        .unwrap();
+}
+
 /// What [`add_recorder`]'s task records: the name of the thread it ran on, and when.
 type Record = Arc<Mutex<Option<(String, Instant)>>>;
 
@@ -54,23 +73,20 @@ fn add_recorder(timer: &SystemTimer, delay: Duration) -> (Record, Instant) {
 fn ten_thousand_tasks_none_early_in_nanoseconds() {
     const N: usize = 10_000;
     let timer = SystemTimer::new();
-    let early = Arc::new(Mutex::new(Vec::new()));
-    let runs = Arc::new((0..N).map(|_| AtomicUsize::new(0)).collect::<Vec<_>>());
+    let counts: Counts = (
+        Arc::new((0..N).map(|_| AtomicUsize::new(0)).collect()),
+        Arc::default(),
+    );
+    let (runs, early) = &counts;
     let mut state = 42u64;
     for i in 0..N {
         state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let delay = Duration::from_nanos(state % 200_000_000);
-        let (early, runs) = (early.clone(), runs.clone());
-        let due = Instant::now() + delay;
-        timer
-            .add(delay, move || {
-                let now = Instant::now();
-                if now < due {
-                    early.lock().unwrap().push((i, due - now));
-                }
-                runs[i].fetch_add(1, SeqCst);
-            })
-            .unwrap();
+        add_counted(
+            &timer,
+            Duration::from_nanos(state % 200_000_000),
+            i,
+            &counts,
+        );
     }
     let t0 = Instant::now();
     while runs.iter().any(|r| r.load(SeqCst) == 0) {
@@ -335,22 +351,12 @@ fn callers_keep_the_reaper_asleep() {
         .name("asleep")
         .reaper_grace(grace)
         .build();
-    let runs = Arc::new((0..MAX).map(|_| AtomicUsize::new(0)).collect::<Vec<_>>());
-    let early = Arc::new(Mutex::new(Vec::new()));
-    let delay = 5 * MS;
-    let add = |i: usize| {
-        let (runs, early) = (runs.clone(), early.clone());
-        let due = Instant::now() + delay;
-        timer
-            .add(delay, move || {
-                let now = Instant::now();
-                if now < due {
-                    early.lock().unwrap().push((i, due - now));
-                }
-                runs[i].fetch_add(1, SeqCst);
-            })
-            .unwrap();
-    };
+    let counts: Counts = (
+        Arc::new((0..MAX).map(|_| AtomicUsize::new(0)).collect()),
+        Arc::default(),
+    );
+    let (runs, early) = &counts;
+    let add = |i: usize| add_counted(&timer, 5 * MS, i, &counts);
     // Warm-up: the first add queues the earliest bucket and wakes the reaper.
     add(0);
     timer.advance_if_due();
