@@ -20,6 +20,13 @@
 //!   executors' semaphore), or (inline mode) run by the thread that advanced the wheel. A task
 //!   whose deadline the wheel's time (its last advance) has already reached when it is added is
 //!   dispatched at once, from the adding thread; any other waits in the wheel for its tick.
+//! * **Who advances.** The reaper, callers of `advance*`, and, with a reaper grace, callers of
+//!   [`SystemTimer::advance_if_due`]: at most one of those per publication of `help_at_ns` (a
+//!   compare-and-swap claims it), all through the same advance under the wheel's locks, so
+//!   helping changes only which thread advances, never what an advance does. A helper publishes
+//!   the next bucket's time and moves the reaper's alarm under the parker's mutex, and only if
+//!   no `unpark` came since it read the wheel (see `reaper::Parker`): a stale rearm can make the
+//!   reaper wake early, never late.
 //! * **Shutdown** (exactly-once accounting). 1. `stopping` is set and the reaper is woken and
 //!   joined. 2. The wheel is closed under its write side: every pending entry is handed back and
 //!   later adds fail with [`ScheduleError::Shutdown`]. 3. Shutdown waits until no advance is
