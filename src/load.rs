@@ -21,10 +21,12 @@
 //! tick later, and used alone with `--completer-wake timer`): on the machines measured, a timer
 //! wake-up costs a thread about three times what a wake-up from a running thread does.
 //!
-//! The timer is built with the purgatory's default reaper grace (`--reaper-grace-ms`, 2 ms), so
-//! the generator's `try_complete_else_watch` calls advance the timer once a bucket is due (the
-//! purgatory's own behaviour, not the harness's) and the reaper sleeps through while requests
-//! arrive; `--reaper-grace-ms 0` has the reaper wake for every bucket, as Kafka's does.
+//! The timer is built with the reaper grace the purgatory suggests for busy purgatories
+//! (`purgatory::BUSY_REAPER_GRACE`, 2 ms; `--reaper-grace-ms`), so the generator's
+//! `try_complete_else_watch` calls advance the timer once a bucket is due (the purgatory's own
+//! behaviour with that setting, not the harness's) and the reaper sleeps through while requests
+//! arrive; `--reaper-grace-ms 0` (the purgatory's default) has the reaper wake for every bucket,
+//! as Kafka's does.
 //! The harness's own costs are counted in the CPU figure (as in Kafka's tool), so it keeps them
 //! small: one cache line of bookkeeping per request, no shared counter, a wake-up per
 //! millisecond at most per thread. The report splits the CPU by thread and estimates the share
@@ -106,8 +108,9 @@ pub struct Args {
     pub wheel_size: usize,
     /// The timer's reaper grace, ms (see `system_timer::Builder::reaper_grace`): new requests
     /// wake the reaper once a bucket is due, and its own timer fires this much later. Default:
-    /// the purgatory's own default (2 ms); 0: the reaper's own timer at each bucket's time.
-    #[arg(long, default_value_t = purgatory::DEFAULT_REAPER_GRACE.as_secs_f64() * 1000.0)]
+    /// the purgatory's suggestion for busy purgatories (`BUSY_REAPER_GRACE`, 2 ms); 0 (the
+    /// purgatory's default): the reaper's own timer at each bucket's time.
+    #[arg(long, default_value_t = purgatory::BUSY_REAPER_GRACE.as_secs_f64() * 1000.0)]
     pub reaper_grace_ms: f64,
     /// Purgatory purge interval (completed watched operations between purges).
     #[arg(long, default_value_t = 1000)]
@@ -1259,7 +1262,7 @@ mod tests {
                 r.wake_cost_us > 0.0 && r.wakeups_s_per_million > 0.0,
                 "{r:?}"
             );
-            // The purgatory's timer has a reaper grace (the default 2 ms): the generator, which
+            // The purgatory's timer has a reaper grace (W4's default 2 ms): the generator, which
             // issues a burst every millisecond, advances the timer for the reaper.
             assert!(r.caller_advances_per_s > 0.0, "{model:?}: {r:?}");
             let names: Vec<&str> = r.threads.iter().map(|t| t.name).collect();

@@ -48,11 +48,11 @@
 //! * Time comes from the timer's clock: a purgatory on a manual clock with no reaper thread is
 //!   fully deterministic ([`Purgatory::advance`]), purges included.
 //! * Shutdown hands back the pending operations; nothing is lost.
-//! * While operations keep arriving, their callers keep the timer's time: the first
-//!   `try_complete_else_watch` after a timer bucket is due advances the timer (expiring that
-//!   bucket's operations on the caller's thread, with no lock held), and the reaper sleeps
-//!   through instead of waking once per tick (Kafka's reaper wakes for every bucket). With no
-//!   new operations, the reaper expires them at most [`Builder::reaper_grace`] (2 ms) later.
+//! * A busy purgatory's reaper need not wake every tick (Kafka's wakes for every bucket): with a
+//!   [`Builder::reaper_grace`] ([`BUSY_REAPER_GRACE`], 2 ms), while operations keep arriving, the
+//!   first `try_complete_else_watch` after a timer bucket is due advances the timer (expiring
+//!   that bucket's operations on the caller's thread, with no lock held) and the reaper sleeps
+//!   through; with no new operations it expires them at most the grace later.
 //!
 //! # Implementation
 //!
@@ -76,6 +76,6 @@ mod watchers;
 pub use error::WatchError;
 pub use operation::{DelayedOperation, OperationHandle};
 pub use purgatory::{
-    Builder, Purgatory, PurgatoryStats, Watched, DEFAULT_PURGE_INTERVAL, DEFAULT_REAPER_GRACE,
-    DEFAULT_SHARDS,
+    Builder, Purgatory, PurgatoryStats, Watched, BUSY_REAPER_GRACE, DEFAULT_PURGE_INTERVAL,
+    DEFAULT_REAPER_GRACE, DEFAULT_SHARDS,
 };

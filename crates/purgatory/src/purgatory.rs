@@ -17,9 +17,12 @@ use crate::watchers::WatchMap;
 pub const DEFAULT_PURGE_INTERVAL: usize = 1000;
 /// Kafka's shard count (KAFKA-6431).
 pub const DEFAULT_SHARDS: usize = 512;
-/// How long past a due bucket the own timer's reaper waits for a new operation to wake it
-/// (two of its 1 ms ticks): see [`Builder::reaper_grace`].
-pub const DEFAULT_REAPER_GRACE: Duration = Duration::from_millis(2);
+/// The own timer's reaper grace by default: none (the reaper alone expires operations, at each
+/// bucket's time, as Kafka's does). See [`Builder::reaper_grace`].
+pub const DEFAULT_REAPER_GRACE: Duration = Duration::ZERO;
+/// A reaper grace for busy purgatories (two of the own timer's 1 ms ticks): see
+/// [`Builder::reaper_grace`]. The W4 load generator uses it.
+pub const BUSY_REAPER_GRACE: Duration = Duration::from_millis(2);
 
 /// What [`Purgatory::try_complete_else_watch`] did with an operation it accepted.
 pub struct Watched<Op> {
@@ -140,9 +143,9 @@ where
     Op: DelayedOperation,
 {
     /// Defaults: name `"purgatory"`, an own timer with Kafka's settings (tick 1 ms, wheel 20) whose
-    /// reaper thread also runs the expiries (see [`expiry_threads`](Self::expiry_threads)) unless
-    /// new operations, arriving after a bucket is due, advance the timer first (see
-    /// [`reaper_grace`](Self::reaper_grace)), purge interval 1000, 512 shards.
+    /// reaper thread also runs the expiries (see [`expiry_threads`](Self::expiry_threads); for a
+    /// busy purgatory, see [`reaper_grace`](Self::reaper_grace)), purge interval 1000, 512
+    /// shards.
     pub fn new() -> Self {
         Builder {
             name: "purgatory".into(),
@@ -184,16 +187,21 @@ where
         self
     }
 
-    /// The own timer's reaper grace (default [`DEFAULT_REAPER_GRACE`], 2 ms; see
-    /// [`system_timer::Builder::reaper_grace`]): while operations keep arriving, the first
-    /// `try_complete_else_watch` after a timer bucket is due advances the timer itself (on the
-    /// calling thread, once it holds no lock: the expiries of that bucket run there, in the own
-    /// timer's inline mode), so the reaper sleeps through instead of waking every tick; with no
+    /// The own timer's reaper grace (default zero; [`BUSY_REAPER_GRACE`], 2 ms, suits a busy
+    /// purgatory; see [`system_timer::Builder::reaper_grace`]). With a grace, while operations
+    /// keep arriving, the first `try_complete_else_watch` after a timer bucket is due advances the
+    /// timer itself, and the reaper sleeps through instead of waking every tick: a thread
+    /// wake-up per tick saved, which on a virtual machine costs more CPU than the advance. With no
     /// new operations the reaper's own timer fires this much later than the bucket. So an
     /// operation never expires before its timeout, and at most one tick plus this grace after it
-    /// (Kafka's reaper: up to a tick early or late). `Duration::ZERO`: the reaper alone, at each
-    /// bucket's time. A shared timer keeps its own setting (the purgatory helps any timer built
-    /// with a grace).
+    /// (Kafka's reaper: up to a tick early or late).
+    ///
+    /// The price: the expiries of that bucket then run on the calling thread (in the own
+    /// timer's inline mode; with [`expiry_threads`](Self::expiry_threads) they are sent there),
+    /// after `try_complete_else_watch` has released every lock of its own; so no caller may hold
+    /// a lock that an operation's callbacks take. Zero (the default): the reaper alone expires
+    /// operations, at each bucket's time. A shared timer keeps its own setting (the purgatory
+    /// helps any timer built with a grace).
     pub fn reaper_grace(mut self, grace: Duration) -> Self {
         self.reaper_grace = grace;
         self
@@ -315,11 +323,11 @@ where
     ///
     /// Returns [`Watched::completed`] = true only if this call completed the operation.
     ///
-    /// Before it returns, with no lock of the purgatory held, the call may advance the timer for
-    /// its reaper (a timer with a [`reaper_grace`](Builder::reaper_grace), as the own timer by
-    /// default): the operations of a due bucket then expire on this thread (their `on_complete`
-    /// and `on_expiration` run here, in inline mode). So do not call it while holding a lock that
-    /// an operation's callbacks take, or give the purgatory a grace of zero.
+    /// With a [`reaper_grace`](Builder::reaper_grace) (not the default), before it returns, with
+    /// no lock of the purgatory held, the call may advance the timer for its reaper: the
+    /// operations of a due bucket then expire on this thread (their `on_complete` and
+    /// `on_expiration` run here, in inline mode). Do not then call it while holding a lock that
+    /// an operation's callbacks take.
     ///
     /// # Errors
     ///
@@ -395,9 +403,9 @@ where
     }
 
     /// After an operation was watched, with no lock held: schedules a purge if one is due, and
-    /// advances the timer if its reaper waits for a caller to (a timer with a reaper grace, as
-    /// the own timer by default: see [`Builder::reaper_grace`]). Expiries it runs execute here,
-    /// on the caller's thread, in inline mode (the own timer's default).
+    /// advances the timer if its reaper waits for a caller to (a timer with a reaper grace: see
+    /// [`Builder::reaper_grace`]). Expiries it runs execute here, on the caller's thread, in
+    /// inline mode (the own timer's default).
     #[inline]
     fn after_watch(&self) {
         self.maybe_purge();

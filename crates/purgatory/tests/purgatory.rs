@@ -715,14 +715,17 @@ fn a_new_operation_expires_due_operations_on_its_callers_thread() {
     p.check_invariants();
 }
 
-/// With the default builder (a grace of two ticks), an operation expires with no other call:
-/// the reaper's own alarm, not before its timeout, on the reaper thread.
+/// With the grace suggested for busy purgatories (two ticks), an operation expires with no
+/// other call: the reaper's own alarm, not before its timeout, on the reaper thread.
 ///
 /// Catches: a reaper that waits for callers for ever once it has a grace (alarm disarmed or
 /// never set: hang); an expiry before the timeout.
 #[test]
-fn with_the_default_grace_operations_expire_without_new_operations() {
-    let p: Purgatory<u8, NeverReady> = Purgatory::builder().name("alone").build();
+fn with_the_busy_grace_operations_expire_without_new_operations() {
+    let p: Purgatory<u8, NeverReady> = Purgatory::builder()
+        .name("alone")
+        .reaper_grace(purgatory::BUSY_REAPER_GRACE)
+        .build();
     let a = Expiry::default();
     let timeout = 10 * MS;
     let due = Instant::now() + timeout;

@@ -300,7 +300,7 @@ impl<T: TimerTask> Builder<T> {
     /// when they stop, the reaper's own timer fires up to `grace` later than without this
     /// option, so a task runs at most one tick plus `grace` after its deadline (plus scheduling
     /// noise). Without callers of `advance_if_due` a grace only makes expiry later. The
-    /// purgatory's own timer uses two ticks. No effect on a timer without a reaper.
+    /// purgatory suggests two ticks for a busy one. No effect on a timer without a reaper.
     pub fn reaper_grace(mut self, grace: Duration) -> Self {
         self.reaper_grace = grace;
         self
