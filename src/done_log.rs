@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// One `on_complete` call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Done {
     /// When it ran, ns since the run's start.
     pub at_ns: u64,
@@ -72,8 +72,8 @@ thread_local! {
     };
 }
 
-/// Makes `buf` (empty; its capacity already touched by the caller, outside the measured time)
-/// this thread's log for run `run`, finishing any records it held.
+/// Makes `buf` (empty; its capacity already touched by the caller, outside the measured time:
+/// see `measure::prefaulted`) this thread's log for run `run`, finishing any records it held.
 pub fn install(run: u64, buf: Vec<Done>) {
     LOG.with(|l| {
         let mut l = l.borrow_mut();
@@ -81,22 +81,6 @@ pub fn install(run: u64, buf: Vec<Done>) {
         l.run = run;
         l.done = buf;
     });
-}
-
-/// An empty log buffer with room for `n` records, its memory touched (so that first-touch page
-/// faults are not counted in a run that [`install`]s it).
-pub fn touched_buffer(n: usize) -> Vec<Done> {
-    let mut v = vec![
-        Done {
-            at_ns: 0,
-            id: 0,
-            expired: false,
-        };
-        n
-    ];
-    v.iter_mut().for_each(|d| d.at_ns = std::hint::black_box(1));
-    v.clear();
-    v
 }
 
 /// Appends a completion of run `run` to this thread's log.

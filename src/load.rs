@@ -50,7 +50,8 @@ use system_timer::SystemTimer;
 use crate::completion::CompletionQueue;
 use crate::done_log::{self, Done};
 use crate::measure::{
-    live_threads, machine_line, peak_rss_bytes, process_cpu_ns, rss_bytes, this_thread, ThreadUse,
+    live_threads, machine_line, peak_rss_bytes, prefaulted, process_cpu_ns, rss_bytes, this_thread,
+    ThreadUse,
 };
 use crate::rng::SplitMix64;
 
@@ -482,26 +483,14 @@ pub fn run_once(args: &Args) -> Report {
     let ready = (0..n).map(|_| AtomicBool::new(false)).collect();
     // The harness's own per-request tables, touched now so that they are in the baseline RSS
     // and "bytes per pending request" measures the purgatory alone.
-    let mut arrivals: Vec<u64> = vec![0; n];
-    arrivals
-        .iter_mut()
-        .for_each(|a| *a = std::hint::black_box(1));
-    arrivals.clear();
-    let mut completer_lags: Vec<u64> = vec![0; n];
-    completer_lags
-        .iter_mut()
-        .for_each(|a| *a = std::hint::black_box(1));
-    completer_lags.clear();
-    let mut attempts: Vec<(u32, u64)> = vec![(0, 0); n];
-    attempts
-        .iter_mut()
-        .for_each(|a| a.1 = std::hint::black_box(1));
-    attempts.clear();
+    let mut arrivals: Vec<u64> = prefaulted(n);
+    let completer_lags: Vec<u64> = prefaulted(n);
+    let attempts: Vec<(u32, u64)> = prefaulted(n);
     // The completion logs of the completer (most completions) and of this thread (expiries it
     // runs when it advances the timer), their memory touched now.
     let run = done_log::new_run();
-    let completer_log = done_log::touched_buffer(n);
-    done_log::install(run, done_log::touched_buffer(n / 4));
+    let completer_log = prefaulted(n);
+    done_log::install(run, prefaulted(n / 4));
     // What a thread's sleep and wake-up costs here, measured before the clock starts (so not in
     // the run's CPU): the report splits the CPU figure into wake-ups and work with it.
     let (wake_cost_ns, _) = crate::measure::wake_cost(Duration::from_millis(1), 200);

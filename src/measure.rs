@@ -155,6 +155,18 @@ pub fn machine_line() -> String {
     format!("nproc {cpus}, {model}, Linux {kernel}")
 }
 
+/// An empty vector with room for `n` elements whose memory has been written (every page
+/// faulted in), so that a run that fills it later pays no first-touch page faults (counted in
+/// its CPU) and the memory is already in its baseline RSS. (`vec![0; n]` alone maps zero pages
+/// lazily.)
+pub fn prefaulted<T: Clone + Default>(n: usize) -> Vec<T> {
+    let mut v = vec![T::default(); n];
+    v.iter_mut()
+        .for_each(|x| *x = std::hint::black_box(T::default()));
+    v.clear();
+    v
+}
+
 /// Wall time and process CPU time of a closure.
 pub fn timed<R>(f: impl FnOnce() -> R) -> (R, Duration, u64) {
     let cpu0 = process_cpu_ns();

@@ -37,19 +37,18 @@ fn list_mut<Op>(list: &mut List<Op>) -> &mut Vec<Arc<OpCell<Op>>> {
 
 /// Drops completed operations from a list; returns how many it dropped.
 ///
-/// Two passes: the first only reads each cell's `completed` flag (a cache miss per cell of a
-/// long list, and plain loads, so the CPU keeps many in flight at once); the second drops the
-/// completed cells' references. Dropping is an atomic read-modify-write, which on x86 waits for
-/// every earlier load: done in the same pass as the reads, it made each miss wait for the one
+/// Two passes: the first only counts the completed cells, reading every cell's flag (a cache
+/// miss per cell of a long list, and plain loads, so the CPU keeps many in flight at once; no
+/// early exit, so every line is brought in); the second drops the completed cells' references
+/// from lines now in cache. Dropping is an atomic read-modify-write, which on x86 waits for every
+/// earlier load: done in the same pass as the first reads, it made each miss wait for the one
 /// before (the purge of a long list was a tenth of a W4 run's CPU).
 fn sweep<Op: DelayedOperation>(list: &mut List<Op>) -> usize {
-    let done: Vec<bool> = list.iter().map(|c| c.is_completed()).collect();
-    let dropped = done.iter().filter(|&&d| d).count();
-    if dropped > 0 {
-        let mut flags = done.into_iter();
-        list_mut(list).retain(|_| !flags.next().unwrap_or(false));
+    let before = list.len();
+    if list.iter().filter(|c| c.is_completed()).count() > 0 {
+        list_mut(list).retain(|c| !c.is_completed());
     }
-    dropped
+    before - list.len()
 }
 
 pub(crate) struct WatchMap<K, Op> {
