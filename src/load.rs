@@ -44,7 +44,7 @@ use std::sync::atomic::{
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use purgatory::{DelayedOperation, OperationHandle, Purgatory};
+use purgatory::{DelayedOperation, OperationHandle, Purgatory, ReadyHint};
 use system_timer::SystemTimer;
 
 use crate::completion::CompletionQueue;
@@ -127,6 +127,12 @@ pub struct Args {
     /// whole-ms granularity; finer costs the harness CPU that is counted in the figures).
     #[arg(long, default_value_t = 1000)]
     pub completer_tick_us: u64,
+    /// `watch` model: each request offers a `ReadyHint` (a lock-free read of its ready flag),
+    /// so a key's check skips the requests that are not ready without taking their locks;
+    /// `false`: every check locks every pending watcher and calls `try_complete`, as Kafka's
+    /// `checkAndComplete` does. (The `kafka` model never checks keys.)
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub ready_hint: bool,
     /// What wakes the completer when a request is due: `generator` (the generator, which wakes
     /// every millisecond anyway at these rates, unparks it after its burst; the completer's own
     /// timer, set one completer tick past the due time, only steps in when the generator is
@@ -165,6 +171,8 @@ struct Shared {
     completer_due_ns: AtomicU64,
     /// True while the generator issues requests (and so wakes the completer).
     generating: AtomicBool,
+    /// Requests offer a `ReadyHint` ([`Args::ready_hint`], `watch` model only).
+    ready_hint: bool,
     // Totals come from the purgatory's own (per-thread striped) counters: a shared counter
     // here, bumped by the completer and the executor on every completion, cost more than the
     // purgatory's whole completion path.
@@ -177,7 +185,12 @@ struct FakeOp {
 
 impl DelayedOperation for FakeOp {
     fn try_complete(&mut self) -> bool {
-        self.s.ready[self.id as usize].load(Relaxed)
+        self.s.ready[self.id as usize].load(Acquire)
+    }
+    fn ready_hint(&self) -> Option<ReadyHint> {
+        let (s, id) = (self.s, self.id as usize);
+        s.ready_hint
+            .then(|| ReadyHint::new(move || s.ready[id].load(Acquire)))
     }
     fn on_complete(&mut self) {
         done_log::push(
@@ -505,6 +518,7 @@ pub fn run_once(args: &Args) -> Report {
         ready,
         completer_due_ns: AtomicU64::new(u64::MAX),
         generating: AtomicBool::new(true),
+        ready_hint: args.ready_hint && args.model == Model::Watch,
     }));
 
     // The completer: completes each request at its intended time.
@@ -542,7 +556,7 @@ pub fn run_once(args: &Args) -> Report {
                                 }
                             }
                             Model::Watch => {
-                                shared.ready[id as usize].store(true, Relaxed);
+                                shared.ready[id as usize].store(true, Release);
                                 let ks = &keys_all[id as usize * k..(id as usize + 1) * k];
                                 for key in ks {
                                     purgatory.check_and_complete(key);
@@ -806,10 +820,15 @@ pub fn run_once(args: &Args) -> Report {
 
 fn header(args: &Args) -> String {
     format!(
-        "W4 purgatory load: model {:?}, {} requests at {} req/s, latency p50/p75 = {}/{} ms, timeout {} ms, {} keys of {}, tick {} ms, wheel {}, purge interval {}, {} executor(s), reaper grace {} ms, completer woken by {:?}",
+        "W4 purgatory load: model {:?}, {} requests at {} req/s, latency p50/p75 = {}/{} ms, timeout {} ms, {} keys of {}, tick {} ms, wheel {}, purge interval {}, {} executor(s), reaper grace {} ms, completer woken by {:?}{}",
         args.model, args.num, args.rate, args.pct50, args.pct75, args.timeout, args.keys,
         args.key_space, args.tick_ms, args.wheel_size, args.purge_interval, args.executors,
-        args.reaper_grace_ms, args.completer_wake
+        args.reaper_grace_ms, args.completer_wake,
+        match (args.model, args.ready_hint) {
+            (Model::Watch, true) => ", ready hints",
+            (Model::Watch, false) => ", no ready hints (every check locks every watcher)",
+            (Model::Kafka, _) => "",
+        }
     )
     .to_lowercase()
     .replace("w4", "W4")
@@ -932,6 +951,10 @@ fn to_json(args: &Args, r: &Report) -> String {
     field(
         "completer_wake",
         q(&format!("{:?}", args.completer_wake).to_lowercase()),
+    );
+    field(
+        "ready_hint",
+        (args.ready_hint && args.model == Model::Watch).to_string(),
     );
     field("target_rate", format!("{:.1}", r.target_rate));
     field("achieved_rate", format!("{:.1}", r.achieved_rate));
@@ -1201,6 +1224,7 @@ mod tests {
             completer_tick_us: 1000,
             completer_wake: CompleterWake::Generator,
             reaper_grace_ms: 2.0,
+            ready_hint: true,
         }
     }
 
@@ -1208,14 +1232,16 @@ mod tests {
     /// requests whose latency reached the timeout, and renders its JSON and SVG.
     #[test]
     fn small_runs_of_both_models_check_out() {
-        // Both ways of waking the completer, across the two models.
-        for (model, wake) in [
-            (Model::Kafka, CompleterWake::Generator),
-            (Model::Watch, CompleterWake::Timer),
-            (Model::Watch, CompleterWake::Generator),
+        // Both ways of waking the completer, across the two models; `watch` with and without
+        // ready hints.
+        for (model, wake, ready_hint) in [
+            (Model::Kafka, CompleterWake::Generator, true),
+            (Model::Watch, CompleterWake::Timer, false),
+            (Model::Watch, CompleterWake::Generator, true),
         ] {
             let a = Args {
                 completer_wake: wake,
+                ready_hint,
                 ..small(model)
             };
             let r = run_once(&a);

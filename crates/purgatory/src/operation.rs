@@ -8,6 +8,9 @@
 //!   contract cannot be misused here).
 //! * `try_complete`, `on_complete` and `on_expiration` run **only under the op lock**, so they
 //!   never overlap for one operation (Kafka's 2025 fix, KAFKA-19312: expiry takes the lock too).
+//!   The one piece of user code that runs without it is the optional [`ReadyHint`], set when
+//!   the cell is made and never changed: a check reads it with no lock held, and only to skip
+//!   the operation (it changes no state).
 //! * `completed` goes `false → true` exactly once, under the op lock, by [`OpCell::complete_locked`]
 //!   (or by a hand-back at shutdown). Whoever sets it runs `on_complete` (then `on_expiration` if
 //!   expiry won) in the same lock hold, so `on_complete` runs exactly once. `try_complete` is
@@ -78,6 +81,92 @@ pub trait DelayedOperation: Send + 'static {
     /// Called after [`on_complete`](Self::on_complete), only when the timeout completed the
     /// operation. Default: nothing.
     fn on_expiration(&mut self) {}
+
+    /// Optional: a test [`check_and_complete`](crate::Purgatory::check_and_complete) may run
+    /// *without* the operation's lock, to skip it when it certainly cannot complete. Called
+    /// once, when the operation enters the purgatory. Default: none (every check takes the
+    /// operation's lock and calls [`try_complete`](Self::try_complete), as Kafka's
+    /// `checkAndComplete` does).
+    ///
+    /// See [`ReadyHint`] for the contract and when it pays.
+    fn ready_hint(&self) -> Option<ReadyHint> {
+        None
+    }
+}
+
+/// A lock-free pre-test for checks: "can this operation complete now?", answered from state
+/// shared with the code that makes operations ready (a high watermark, a byte count, a flag).
+///
+/// [`check_and_complete`](crate::Purgatory::check_and_complete) visits every pending operation
+/// watching the key. Without a hint each visit takes and releases the operation's lock (two
+/// atomic read-modify-writes) to call [`try_complete`](DelayedOperation::try_complete); with
+/// one, a visit whose hint returns `false` skips the operation with plain loads only. It pays
+/// when a key's check finds most of its watchers not ready (a hot partition's fetches waiting
+/// for more bytes than arrived).
+///
+/// # Contract
+///
+/// * Return `false` only when `try_complete` would return `false`, given everything that
+///   happened before the `check_and_complete` call (the thread that makes an operation ready
+///   publishes the state with `Release` before it checks; the hint reads it with `Acquire`).
+///   A hint that says `false` wrongly loses that check's completion, as a `try_complete` that
+///   says `false` wrongly does.
+/// * It runs concurrently with anything, including `try_complete`, `on_complete` and after
+///   completion; it must not block. `true` is always safe: the check then locks and calls
+///   `try_complete` as usual.
+/// * Only checks use it: the first tries in `try_complete_else_watch` always call
+///   `try_complete`. It lives as long as the operation's entry in the watch lists (until a
+///   check or the purge sweeps it), not only until completion: keep what it holds small.
+///
+/// ```
+/// use purgatory::{DelayedOperation, Purgatory, ReadyHint};
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use std::sync::Arc;
+/// use std::time::Duration;
+///
+/// struct DelayedProduce { offset: u64, hw: Arc<AtomicU64> }
+/// impl DelayedOperation for DelayedProduce {
+///     fn try_complete(&mut self) -> bool { self.hw.load(Ordering::Acquire) > self.offset }
+///     fn on_complete(&mut self) {}
+///     fn ready_hint(&self) -> Option<ReadyHint> {
+///         let (hw, offset) = (Arc::clone(&self.hw), self.offset);
+///         Some(ReadyHint::new(move || hw.load(Ordering::Acquire) > offset))
+///     }
+/// }
+///
+/// let p: Purgatory<u32, DelayedProduce> = Purgatory::builder().reaper(false).build();
+/// let hw = Arc::new(AtomicU64::new(0));
+/// for offset in 0..100 {
+///     p.try_complete_else_watch(DelayedProduce { offset, hw: hw.clone() }, Duration::from_secs(30), &[7])?;
+/// }
+/// hw.store(10, Ordering::Release);
+/// // Ten are ready; the other ninety are skipped without taking their locks.
+/// assert_eq!(p.check_and_complete(&7), 10);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct ReadyHint {
+    test: Box<dyn Fn() -> bool + Send + Sync>,
+}
+
+impl ReadyHint {
+    /// A hint that runs `test` (see the contract above).
+    pub fn new(test: impl Fn() -> bool + Send + Sync + 'static) -> Self {
+        ReadyHint {
+            test: Box::new(test),
+        }
+    }
+
+    /// Runs the test.
+    #[inline]
+    pub fn may_complete(&self) -> bool {
+        (self.test)()
+    }
+}
+
+impl fmt::Debug for ReadyHint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReadyHint").finish_non_exhaustive()
+    }
 }
 
 /// How an operation completed.
@@ -241,6 +330,8 @@ pub(crate) struct OpState<Op> {
 /// One operation and its lock (see the ground rules).
 pub(crate) struct OpCell<Op> {
     completed: AtomicBool,
+    /// The operation's [`ReadyHint`], set at creation and never changed (read without the lock).
+    hint: Option<ReadyHint>,
     state: Mutex<OpState<Op>>,
     common: Arc<Common>,
 }
@@ -249,6 +340,7 @@ impl<Op: DelayedOperation> OpCell<Op> {
     pub(crate) fn new(op: Op, common: Arc<Common>) -> Self {
         OpCell {
             completed: AtomicBool::new(false),
+            hint: op.ready_hint(),
             state: Mutex::new(OpState {
                 op: Some(op),
                 timer: None,
@@ -261,6 +353,13 @@ impl<Op: DelayedOperation> OpCell<Op> {
     #[inline]
     pub(crate) fn is_completed(&self) -> bool {
         self.completed.load(Ordering::Acquire)
+    }
+
+    /// False when the operation's [`ReadyHint`] says it cannot complete now (a check may skip
+    /// it without the lock); true without a hint.
+    #[inline]
+    pub(crate) fn may_complete(&self) -> bool {
+        self.hint.as_ref().is_none_or(ReadyHint::may_complete)
     }
 
     /// Takes the op lock (blocking: never a try-lock, which loses completions, KAFKA-8334).
@@ -429,10 +528,11 @@ mod tests {
     }
 
     /// What an empty cell costs until it is swept (the purge interval's documentation quotes
-    /// it): the cell and its `Arc` header, beyond the operation's own size.
+    /// it): the cell and its `Arc` header, beyond the operation's own size (a hint's closure,
+    /// when there is one, is a separate allocation).
     #[test]
-    fn a_cell_costs_at_most_64_bytes_beyond_its_operation() {
+    fn a_cell_costs_at_most_80_bytes_beyond_its_operation() {
         let overhead = std::mem::size_of::<OpCell<Nothing>>() + 2 * std::mem::size_of::<usize>();
-        assert!(overhead <= 64, "{overhead} bytes");
+        assert!(overhead <= 80, "{overhead} bytes");
     }
 }

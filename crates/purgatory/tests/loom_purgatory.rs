@@ -32,7 +32,7 @@ use std::time::Duration;
 use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::sync::{Arc, Mutex};
 use loom::thread;
-use purgatory::{DelayedOperation, Purgatory, WatchError};
+use purgatory::{DelayedOperation, Purgatory, ReadyHint, WatchError};
 use system_timer::{ManualClock, SystemTimer};
 
 const MS: Duration = Duration::from_millis(1);
@@ -169,6 +169,14 @@ impl Probe {
             ready: Arc::clone(&self.ready),
             log: self.log.clone(),
             completed: false,
+            hinted: false,
+        }
+    }
+    /// The same with a [`ReadyHint`] over the same flag (checks may skip it without its lock).
+    fn hinted_op(&self) -> Op {
+        Op {
+            hinted: true,
+            ..self.op()
         }
     }
     /// The event that makes the operation completable (Release: a real operation publishes its
@@ -185,6 +193,8 @@ struct Op {
     log: Log,
     /// Set by `on_complete`. Plain state: the purgatory runs every method under the op lock.
     completed: bool,
+    /// Offers a `ReadyHint` reading `ready` (Acquire) without the op lock.
+    hinted: bool,
 }
 
 impl DelayedOperation for Op {
@@ -210,6 +220,11 @@ impl DelayedOperation for Op {
             self.id
         );
         self.log.push(Ev::Expire(self.id));
+    }
+    fn ready_hint(&self) -> Option<ReadyHint> {
+        let ready = Arc::clone(&self.ready);
+        self.hinted
+            .then(|| ReadyHint::new(move || ready.load(Ordering::Acquire)))
     }
 }
 
@@ -239,19 +254,33 @@ fn purgatory(clock: &ManualClock) -> Purgatory<u8, Op> {
 /// timer entry is cancelled or its run is a no-op; nothing is left armed, counted or watched.
 #[test]
 fn check_and_complete_races_expiry() {
+    check_and_complete_races_expiry_model(false);
+}
+
+/// R3 with a [`ReadyHint`]: the check reads the hint with no lock while the expiry completes
+/// the op under its lock (the hint may run after completion); still exactly once.
+#[test]
+fn check_and_complete_with_a_ready_hint_races_expiry() {
+    check_and_complete_races_expiry_model(true);
+}
+
+fn check_and_complete_races_expiry_model(hinted: bool) {
     const OUTCOMES: &[&str] = &[
         "completed by the check, timer entry cancelled",
         "completed by the check, expiry ran and found it completed",
         "expired",
     ];
-    model(OUTCOMES, || {
+    model(OUTCOMES, move || {
         let clock = ManualClock::new(0);
         let log = Log::new();
         let p = Arc::new(purgatory(&clock));
         let probe = Probe::new(1, &log);
-        let w = p
-            .try_complete_else_watch(probe.op(), 10 * MS, &[K])
-            .unwrap();
+        let op = if hinted {
+            probe.hinted_op()
+        } else {
+            probe.op()
+        };
+        let w = p.try_complete_else_watch(op, 10 * MS, &[K]).unwrap();
         assert!(!w.completed);
         assert_eq!(p.delayed(), 1);
 
@@ -311,19 +340,36 @@ fn check_and_complete_races_expiry() {
 /// expiry: by the call itself (first or second try) or by the check, exactly once.
 #[test]
 fn event_between_first_try_and_watch_is_not_lost() {
+    event_between_first_try_and_watch(false);
+}
+
+/// R6 with a [`ReadyHint`]: the check reads the hint without the op's lock, so only the
+/// hint's own Acquire (against the event's Release) makes the event visible to it; the event
+/// is still never lost, and the op completes exactly once.
+#[test]
+fn event_between_first_try_and_watch_is_not_lost_with_a_ready_hint() {
+    event_between_first_try_and_watch(true);
+}
+
+fn event_between_first_try_and_watch(hinted: bool) {
     const OUTCOMES: &[&str] = &[
         "ready at the first try",
         "ready at the second try",
         "completed by the check",
     ];
-    model(OUTCOMES, || {
+    model(OUTCOMES, move || {
         let clock = ManualClock::new(0);
         let log = Log::new();
         let p = Arc::new(purgatory(&clock));
         let probe = Probe::new(1, &log);
 
         let checker = spawn_ready_check(&p, &probe);
-        let w = p.try_complete_else_watch(probe.op(), LONG, &[K]).unwrap();
+        let op = if hinted {
+            probe.hinted_op()
+        } else {
+            probe.op()
+        };
+        let w = p.try_complete_else_watch(op, LONG, &[K]).unwrap();
         let checked = checker.join().unwrap();
 
         let ev = log.of(1);

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use purgatory::{DelayedOperation, Purgatory, WatchError};
+use purgatory::{DelayedOperation, Purgatory, ReadyHint, WatchError};
 use system_timer::{ManualClock, SystemTimer};
 
 const MS: Duration = Duration::from_millis(1);
@@ -29,6 +29,9 @@ struct Op {
     inside: Arc<AtomicBool>,
     completed: bool,
     _payload: Option<Payload>,
+    /// With a `ReadyHint` over `ready` (or over `hint_flag` if set), counting its calls here.
+    hint_calls: Option<Arc<AtomicUsize>>,
+    hint_flag: Option<Arc<AtomicBool>>,
 }
 
 /// Counts its drops (the "large payload").
@@ -55,7 +58,19 @@ impl Probe {
             inside: self.inside.clone(),
             completed: false,
             _payload: None,
+            hint_calls: None,
+            hint_flag: None,
         }
+    }
+    /// An operation whose `ReadyHint` reads the same flag as its `try_complete`.
+    fn hinted_op(&self, calls: &Arc<AtomicUsize>) -> Op {
+        Op {
+            hint_calls: Some(calls.clone()),
+            ..self.op()
+        }
+    }
+    fn tries(&self) -> usize {
+        self.events().iter().filter(|e| **e == Ev::Try).count()
     }
     fn events(&self) -> Vec<Ev> {
         self.log.lock().unwrap().clone()
@@ -101,6 +116,14 @@ impl DelayedOperation for Op {
         assert!(self.completed, "on_expiration before on_complete");
         self.log.lock().unwrap().push(Ev::Expire);
         self.leave();
+    }
+    fn ready_hint(&self) -> Option<ReadyHint> {
+        let calls = self.hint_calls.clone()?;
+        let ready = self.hint_flag.clone().unwrap_or_else(|| self.ready.clone());
+        Some(ReadyHint::new(move || {
+            calls.fetch_add(1, SeqCst);
+            ready.load(SeqCst)
+        }))
     }
 }
 
@@ -322,17 +345,30 @@ fn try_complete_runs_under_the_op_lock_during_watch() {
 /// none is lost (the timeout is an hour: nothing expires).
 #[test]
 fn contention_every_operation_completes_exactly_once() {
+    contention(false);
+}
+
+/// The same with every operation carrying a `ReadyHint`: checks skip the not-ready ones without
+/// their locks, and still none is lost or completed twice.
+#[test]
+fn contention_with_ready_hints_every_operation_completes_exactly_once() {
+    contention(true);
+}
+
+fn contention(hinted: bool) {
     const THREADS: usize = 20;
     const OPS: usize = 100;
     const ROUNDS: usize = 20;
     let p: Arc<Purgatory<usize, Op>> = Arc::new(Purgatory::builder().name("contention").build());
     let probes: Arc<Vec<Probe>> = Arc::new((0..OPS).map(|_| Probe::default()).collect());
+    let hint_calls = Arc::new(AtomicUsize::new(0));
     for (k, probe) in probes.iter().enumerate() {
-        assert!(
-            !p.try_complete_else_watch(probe.op(), LONG, &[k])
-                .unwrap()
-                .completed
-        );
+        let op = if hinted {
+            probe.hinted_op(&hint_calls)
+        } else {
+            probe.op()
+        };
+        assert!(!p.try_complete_else_watch(op, LONG, &[k]).unwrap().completed);
     }
     let rounds: Arc<Vec<AtomicUsize>> = Arc::new((0..OPS).map(|_| AtomicUsize::new(0)).collect());
     let threads: Vec<_> = (0..THREADS)
@@ -368,6 +404,61 @@ fn contention_every_operation_completes_exactly_once() {
         assert!(!probe.events().contains(&Ev::Expire));
     }
     assert_eq!((p.delayed(), p.watched()), (0, 0));
+    assert_eq!(
+        hint_calls.load(SeqCst) > 0,
+        hinted,
+        "the checks used the hints"
+    );
+    if hinted {
+        for (k, probe) in probes.iter().enumerate() {
+            assert_eq!(
+                probe.tries(),
+                3,
+                "operation {k}: the two first tries, then only the check that found it ready"
+            );
+        }
+    }
+    p.check_invariants();
+}
+
+/// A check skips an operation whose `ReadyHint` says not ready without calling `try_complete`
+/// (nor taking its lock), completes one whose hint and `try_complete` both say ready, and a
+/// hint that says ready still defers to `try_complete`. The first tries in
+/// `try_complete_else_watch` never consult the hint.
+#[test]
+fn a_check_skips_operations_whose_ready_hint_says_not_ready() {
+    let clock = ManualClock::new(0);
+    let p = manual(&clock);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let (waiting, ready) = (Probe::default(), Probe::default());
+    p.try_complete_else_watch(waiting.hinted_op(&calls), LONG, &["k"])
+        .unwrap();
+    p.try_complete_else_watch(ready.hinted_op(&calls), LONG, &["k"])
+        .unwrap();
+    assert_eq!(calls.load(SeqCst), 0, "the first tries do not use the hint");
+    assert_eq!((waiting.tries(), ready.tries()), (2, 2));
+
+    assert_eq!(p.check_and_complete(&"k"), 0);
+    assert_eq!(calls.load(SeqCst), 2, "one hint call per pending watcher");
+    assert_eq!(
+        (waiting.tries(), ready.tries()),
+        (2, 2),
+        "try_complete not called on operations the hint ruled out"
+    );
+
+    ready.set_ready();
+    assert_eq!(p.check_and_complete(&"k"), 1);
+    assert_eq!((waiting.tries(), ready.tries()), (2, 3));
+    assert_eq!((waiting.completions(), ready.completions()), (0, 1));
+    assert_eq!(p.delayed(), 1, "the waiting one is still armed");
+
+    // A hint that says "maybe" is not a completion: try_complete decides.
+    let maybe = Probe::default();
+    let mut op = maybe.hinted_op(&calls);
+    op.hint_flag = Some(Arc::new(AtomicBool::new(true)));
+    p.try_complete_else_watch(op, LONG, &["m"]).unwrap();
+    assert_eq!(p.check_and_complete(&"m"), 0);
+    assert_eq!((maybe.tries(), maybe.completions()), (3, 0));
     p.check_invariants();
 }
 
