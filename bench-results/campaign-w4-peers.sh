@@ -5,6 +5,8 @@
 #
 #   this build             ./target/release/kafka-timer (build first: cargo build --release)
 #   $BASE, if set          another build of the load generator (e.g. an earlier commit's)
+#   $NOHINT=1              also this build's `watch` model with --ready-hint false (every check
+#                          locks every watcher, as Kafka's checkAndComplete), labelled "nohint"
 #   $KAFKA_CMD, if set     a command running Kafka's own DelayedOperationPurgatory and SystemTimer
 #                          under the same workload, taking the same --model --num --rate --pct50
 #                          --pct75 --timeout flags and printing one JSON line with
@@ -31,6 +33,9 @@ for model in kafka watch; do
       flags=(--model "$model" --pct50 "$1" --pct75 "$2" --rate "$rate" --num "$NUM")
       for i in $(seq "$RUNS"); do
         echo "rust $cell run=$i $($B "${flags[@]}" --progress 0 --json)"
+        if [ "$model" = watch ] && [ -n "${NOHINT:-}" ]; then
+          echo "nohint $cell run=$i $($B "${flags[@]}" --ready-hint false --progress 0 --json)"
+        fi
         if [ -n "${BASE:-}" ]; then
           echo "base $cell run=$i $($BASE "${flags[@]}" --progress 0 --json)"
         fi

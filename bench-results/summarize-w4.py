@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Summarises the output of campaign-w4-peers.sh: per cell and implementation, the median CPU
-seconds per million requests (and the runs), whether every run was sustained (ours: the report's
+seconds per million requests (and the runs; "nohint" is this build's `watch` model with
+`--ready-hint false`), whether every run was sustained (ours: the report's
 own verdict; Kafka's: achieved within 2% and expired within 0.1% of expected plus a tick's
 worth), and the ratios of the medians against ours.
 
@@ -15,7 +16,7 @@ runs = defaultdict(list)  # (cell, impl) -> [report]
 order = []
 for line in sys.stdin:
     parts = line.split(" ", 5)
-    if len(parts) < 6 or parts[0] not in ("rust", "base", "kafka"):
+    if len(parts) < 6 or parts[0] not in ("rust", "nohint", "base", "kafka"):
         continue
     impl, cell = parts[0], " ".join(parts[1:4])
     try:
@@ -28,7 +29,7 @@ for line in sys.stdin:
 
 
 def sustained(impl, r):
-    if impl in ("rust", "base"):
+    if impl in ("rust", "nohint", "base"):
         return bool(r.get("sustained"))
     ok_rate = r["achieved_rate"] >= 0.98 * r["target_rate"]
     ok_expired = abs(r["expired"] - r["expected_expired"]) <= 0.001 * r["num"] + 0.01 * r["expected_expired"]
@@ -39,11 +40,11 @@ print("| cell | impl | CPU s/M median (runs) | all sustained | ratio to rust |")
 print("|---|---|---|---|---|")
 for cell in order:
     med = {}
-    for impl in ("rust", "base", "kafka"):
+    for impl in ("rust", "nohint", "base", "kafka"):
         rs = runs.get((cell, impl))
         if rs:
             med[impl] = statistics.median(r["cpu_s_per_million"] for r in rs)
-    for impl in ("rust", "base", "kafka"):
+    for impl in ("rust", "nohint", "base", "kafka"):
         rs = runs.get((cell, impl))
         if not rs:
             continue
