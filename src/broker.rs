@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use purgatory::{DelayedOperation, Purgatory};
+use purgatory::{DelayedOperation, Purgatory, ReadyHint};
 
 use crate::rng::SplitMix64;
 
@@ -157,6 +157,15 @@ impl DelayedOperation for DelayedProduce {
         }
         self.parts.iter().all(|(_, _, s)| *s == Status::None)
     }
+    fn ready_hint(&self) -> Option<ReadyHint> {
+        // High watermarks only grow, so "every partition's HW has reached its offset" is what
+        // try_complete will find; a check skips this produce without its lock until then.
+        let log = Arc::clone(&self.log);
+        let needs: Vec<(u32, u64)> = self.parts.iter().map(|&(p, r, _)| (p, r)).collect();
+        Some(ReadyHint::new(move || {
+            needs.iter().all(|&(p, r)| log.hw(p) >= r)
+        }))
+    }
     fn on_complete(&mut self) {
         // Built from the statuses as they stand: on expiry, unacknowledged partitions keep the
         // preset REQUEST_TIMED_OUT. (Kafka calls onComplete before onExpiration, so `expired`
@@ -211,6 +220,16 @@ impl DelayedFetch {
 impl DelayedOperation for DelayedFetch {
     fn try_complete(&mut self) -> bool {
         self.available() >= self.min_bytes
+    }
+    fn ready_hint(&self) -> Option<ReadyHint> {
+        let (log, parts, min_bytes) = (Arc::clone(&self.log), self.parts.clone(), self.min_bytes);
+        Some(ReadyHint::new(move || {
+            let available: u64 = parts
+                .iter()
+                .map(|&(p, off)| log.hw(p).saturating_sub(off))
+                .sum();
+            available >= min_bytes
+        }))
     }
     fn on_complete(&mut self) {
         self.bytes = self.available();
