@@ -3,6 +3,11 @@
 //! operation out of 100, with 1,000 other operations pending on the same keys. Against, in the
 //! same groups, the shape Rust users hand-roll today: a `DashMap` of per-key `Vec`s of
 //! operations plus a tokio-util `DelayQueue` (behind a mutex) for the timeouts.
+//!
+//! `check-not-ready`: one `check_and_complete` of a key watched by N operations none of which
+//! is ready, with and without `ReadyHint`s (the cost of a visit: the lock taken and released
+//! to call `try_complete`, or the hint read without it). Every watcher is in cache here: the
+//! best case for both.
 #![allow(missing_docs, clippy::disallowed_methods, clippy::disallowed_types)]
 
 use std::hint::black_box;
@@ -13,7 +18,7 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use dashmap::DashMap;
 use kafka_timer::rng::SplitMix64;
-use purgatory::{DelayedOperation, Purgatory};
+use purgatory::{DelayedOperation, Purgatory, ReadyHint};
 use tokio_util::time::{delay_queue, DelayQueue};
 
 const KEY_SPACE: u64 = 100;
@@ -61,6 +66,50 @@ fn ours(c: &mut Criterion) {
                 }
                 assert_eq!(done, 1);
             });
+        });
+    }
+    g.finish();
+}
+
+/// Like [`BenchOp`], with a `ReadyHint` over the same flag.
+struct HintedOp(Arc<AtomicBool>);
+
+impl DelayedOperation for HintedOp {
+    fn try_complete(&mut self) -> bool {
+        self.0.load(Relaxed)
+    }
+    fn on_complete(&mut self) {
+        black_box(&self.0);
+    }
+    fn ready_hint(&self) -> Option<ReadyHint> {
+        let flag = Arc::clone(&self.0);
+        Some(ReadyHint::new(move || flag.load(Relaxed)))
+    }
+}
+
+/// One check of a key that `n` operations watch, none ready.
+fn check_not_ready(c: &mut Criterion) {
+    fn run<Op: DelayedOperation>(
+        b: &mut criterion::Bencher<'_>,
+        n: usize,
+        make: impl Fn(Arc<AtomicBool>) -> Op,
+    ) {
+        let p: Purgatory<u32, Op> = Purgatory::builder().name("bench").build();
+        for _ in 0..n {
+            // A flag per operation, as a request's own state.
+            p.try_complete_else_watch(make(Arc::new(AtomicBool::new(false))), TIMEOUT, &[7])
+                .unwrap();
+        }
+        b.iter(|| assert_eq!(p.check_and_complete(black_box(&7)), 0));
+    }
+    let mut g = c.benchmark_group("check-not-ready");
+    for n in [100usize, 1_000] {
+        g.throughput(Throughput::Elements(n as u64));
+        g.bench_with_input(BenchmarkId::new("lock-every-watcher", n), &n, |b, &n| {
+            run(b, n, BenchOp)
+        });
+        g.bench_with_input(BenchmarkId::new("ready-hint", n), &n, |b, &n| {
+            run(b, n, HintedOp)
         });
     }
     g.finish();
@@ -181,6 +230,6 @@ criterion_group! {
         .sample_size(20)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    targets = ours, hand_rolled
+    targets = ours, hand_rolled, check_not_ready
 }
 criterion_main!(benches);
