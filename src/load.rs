@@ -10,6 +10,9 @@
 //!   completer calls `force_complete` on the request's handle.
 //! * `watch` model (a broker): each request watches its own keys drawn from the key space; the
 //!   completer marks the request ready and calls `check_and_complete` on each of its keys.
+//!   Each request offers a `ReadyHint` reading its ready flag, so checks skip the requests not
+//!   yet ready without their locks (`--ready-hint false`: Kafka's check, every watcher locked
+//!   and asked).
 //!
 //! Differences from Kafka's tool, on purpose: latencies and gaps are not truncated to whole ms
 //! (so no request completes at its first try); keys are `u32` ids rather than strings; the

@@ -137,7 +137,8 @@ pub trait DelayedOperation: Send + 'static {
 /// let p: Purgatory<u32, DelayedProduce> = Purgatory::builder().reaper(false).build();
 /// let hw = Arc::new(AtomicU64::new(0));
 /// for offset in 0..100 {
-///     p.try_complete_else_watch(DelayedProduce { offset, hw: hw.clone() }, Duration::from_secs(30), &[7])?;
+///     let op = DelayedProduce { offset, hw: hw.clone() };
+///     p.try_complete_else_watch(op, Duration::from_secs(30), &[7])?;
 /// }
 /// hw.store(10, Ordering::Release);
 /// // Ten are ready; the other ninety are skipped without taking their locks.

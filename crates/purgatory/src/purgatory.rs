@@ -226,8 +226,8 @@ where
     /// holds the empty cells awaiting it to `max(n, delayed operations)`: each cell's operation
     /// was dropped at completion (everything it owned is freed), the cell keeps its own
     /// allocation, `size_of::<Op>()` plus at most 80 bytes (and its
-    /// [`ReadyHint`](crate::ReadyHint)'s closure, if it has one), until swept. Checks walk the empty
-    /// cells of their key too, so while keys are checked the interval alone decides, as in
+    /// [`ReadyHint`](crate::ReadyHint)'s closure, if it has one), until swept. Checks walk the
+    /// empty cells of their key too, so while keys are checked the interval alone decides, as in
     /// Kafka.
     pub fn purge_interval(mut self, n: usize) -> Self {
         self.purge_interval = n.max(1);
@@ -416,8 +416,8 @@ where
     /// Kafka's `checkAndComplete`: runs `try_complete` on every pending operation watching
     /// `key` (blocking on each one's lock, never skipping a locked one) and completes the ready
     /// ones. An operation with a [`ReadyHint`](crate::ReadyHint) that says not ready is skipped
-    /// without its lock. Returns how many this call completed. Runs no user code under any map lock. Drops
-    /// the key's list once every operation on it has completed.
+    /// without its lock. Returns how many this call completed. Runs no user code under any map
+    /// lock. Drops the key's list once every operation on it has completed.
     #[doc(alias = "checkAndComplete")]
     pub fn check_and_complete(&self, key: &K) -> usize {
         let inner = &self.inner;

@@ -343,9 +343,10 @@ fn event_between_first_try_and_watch_is_not_lost() {
     event_between_first_try_and_watch(false);
 }
 
-/// R6 with a [`ReadyHint`]: the check reads the hint without the op's lock, so only the
-/// hint's own Acquire (against the event's Release) makes the event visible to it; the event
-/// is still never lost, and the op completes exactly once.
+/// R6 with a [`ReadyHint`]: the check reads the hint without the op's lock and skips the op
+/// when it says not ready; an event between the first try and the watch is still never lost
+/// (the watcher's second try, under the lock, follows the append), and the op completes
+/// exactly once.
 #[test]
 fn event_between_first_try_and_watch_is_not_lost_with_a_ready_hint() {
     event_between_first_try_and_watch(true);
