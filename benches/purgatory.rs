@@ -25,15 +25,19 @@ const KEY_SPACE: u64 = 100;
 const BACKGROUND: usize = 1_000;
 const TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Ready when its flag is set.
-struct BenchOp(Arc<AtomicBool>);
+/// Ready when its flag is set; with `HINT`, it also offers a `ReadyHint` over the same flag.
+struct BenchOp<const HINT: bool = false>(Arc<AtomicBool>);
 
-impl DelayedOperation for BenchOp {
+impl<const HINT: bool> DelayedOperation for BenchOp<HINT> {
     fn try_complete(&mut self) -> bool {
         self.0.load(Relaxed)
     }
     fn on_complete(&mut self) {
         black_box(&self.0);
+    }
+    fn ready_hint(&self) -> Option<ReadyHint> {
+        let flag = Arc::clone(&self.0);
+        HINT.then(|| ReadyHint::new(move || flag.load(Relaxed)))
     }
 }
 
@@ -71,22 +75,6 @@ fn ours(c: &mut Criterion) {
     g.finish();
 }
 
-/// Like [`BenchOp`], with a `ReadyHint` over the same flag.
-struct HintedOp(Arc<AtomicBool>);
-
-impl DelayedOperation for HintedOp {
-    fn try_complete(&mut self) -> bool {
-        self.0.load(Relaxed)
-    }
-    fn on_complete(&mut self) {
-        black_box(&self.0);
-    }
-    fn ready_hint(&self) -> Option<ReadyHint> {
-        let flag = Arc::clone(&self.0);
-        Some(ReadyHint::new(move || flag.load(Relaxed)))
-    }
-}
-
 /// One check of a key that `n` operations watch, none ready.
 fn check_not_ready(c: &mut Criterion) {
     fn run<Op: DelayedOperation>(
@@ -106,10 +94,10 @@ fn check_not_ready(c: &mut Criterion) {
     for n in [100usize, 1_000] {
         g.throughput(Throughput::Elements(n as u64));
         g.bench_with_input(BenchmarkId::new("lock-every-watcher", n), &n, |b, &n| {
-            run(b, n, BenchOp)
+            run(b, n, BenchOp::<false>)
         });
         g.bench_with_input(BenchmarkId::new("ready-hint", n), &n, |b, &n| {
-            run(b, n, HintedOp)
+            run(b, n, BenchOp::<true>)
         });
     }
     g.finish();

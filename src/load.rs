@@ -158,6 +158,14 @@ pub struct Args {
     pub find_max_rate: bool,
 }
 
+impl Args {
+    /// Requests offer a `ReadyHint`: asked for, and in the `watch` model (the only one that
+    /// checks keys).
+    fn uses_ready_hints(&self) -> bool {
+        self.ready_hint && self.model == Model::Watch
+    }
+}
+
 /// Per-request state the operations and the completer share. Leaked for the run (`&'static`),
 /// so operations reference it without a shared reference count (which the generator and the
 /// completer would bounce between cores).
@@ -523,7 +531,7 @@ pub fn run_once(args: &Args) -> Report {
         ready,
         completer_due_ns: AtomicU64::new(u64::MAX),
         generating: AtomicBool::new(true),
-        ready_hint: args.ready_hint && args.model == Model::Watch,
+        ready_hint: args.uses_ready_hints(),
     }));
 
     // The completer: completes each request at its intended time.
@@ -957,10 +965,7 @@ fn to_json(args: &Args, r: &Report) -> String {
         "completer_wake",
         q(&format!("{:?}", args.completer_wake).to_lowercase()),
     );
-    field(
-        "ready_hint",
-        (args.ready_hint && args.model == Model::Watch).to_string(),
-    );
+    field("ready_hint", args.uses_ready_hints().to_string());
     field("target_rate", format!("{:.1}", r.target_rate));
     field("achieved_rate", format!("{:.1}", r.achieved_rate));
     field("sustained", r.sustained.to_string());
