@@ -289,7 +289,12 @@ fn reaper_and_executor_survive_panics_on_the_manual_clock() {
             .unwrap();
     }
     clock.advance(20 * MS);
-    wait_until(|| timer.stats().fired == 10);
+    // `fired` counts a task when it starts and `panicked` once its panic is caught: wait for
+    // the last task (a panicking one) to have finished, not only started.
+    wait_until(|| {
+        let st = timer.stats();
+        st.fired == 10 && st.panicked >= 4
+    });
     assert_eq!(runs.load(SeqCst), 6);
     assert_eq!(timer.stats().panicked, 4);
     // Still alive: a later task runs too.
