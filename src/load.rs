@@ -176,14 +176,16 @@ struct Shared {
     /// Set by the completer before it checks the keys (watch model). Every check reads the flag
     /// of each operation on its key, so the flags of the pending requests (consecutive ids)
     /// should share as few cache lines as possible (a byte each).
-    ready: Vec<AtomicBool>,
+    ready: &'static [AtomicBool],
     /// The completer's next due time (ns since start) while it sleeps waiting for the generator
     /// to wake it ([`CompleterWake::Generator`]); `u64::MAX` otherwise.
     completer_due_ns: AtomicU64,
     /// True while the generator issues requests (and so wakes the completer).
     generating: AtomicBool,
-    /// Requests offer a `ReadyHint` ([`Args::ready_hint`], `watch` model only).
-    ready_hint: bool,
+    /// Requests offer a `ReadyHint` ([`Args::ready_hint`], `watch` model only): this test of
+    /// the flag whose index each request's hint carries, one for the whole run
+    /// ([`ReadyHint::shared`]: no allocation per request, no pointer chase per visit).
+    ready_test: Option<Arc<dyn Fn(u64) -> bool + Send + Sync>>,
     // Totals come from the purgatory's own (per-thread striped) counters: a shared counter
     // here, bumped by the completer and the executor on every completion, cost more than the
     // purgatory's whole completion path.
@@ -199,9 +201,8 @@ impl DelayedOperation for FakeOp {
         self.s.ready[self.id as usize].load(Acquire)
     }
     fn ready_hint(&self) -> Option<ReadyHint> {
-        let (s, id) = (self.s, self.id as usize);
-        s.ready_hint
-            .then(|| ReadyHint::new(move || s.ready[id].load(Acquire)))
+        let test = self.s.ready_test.as_ref()?;
+        Some(ReadyHint::shared(Arc::clone(test), u64::from(self.id)))
     }
     fn on_complete(&mut self) {
         done_log::push(
@@ -506,7 +507,10 @@ pub fn run_once(args: &Args) -> Report {
 
     // The per-request tables are built before the clock starts; `start` is the one time base
     // of arrivals, due times and completions.
-    let ready = (0..n).map(|_| AtomicBool::new(false)).collect();
+    let ready: &'static [AtomicBool] = (0..n)
+        .map(|_| AtomicBool::new(false))
+        .collect::<Vec<_>>()
+        .leak();
     // The harness's own per-request tables, touched now so that they are in the baseline RSS
     // and "bytes per pending request" measures the purgatory alone.
     let mut arrivals: Vec<u64> = prefaulted(n);
@@ -531,7 +535,11 @@ pub fn run_once(args: &Args) -> Report {
         ready,
         completer_due_ns: AtomicU64::new(u64::MAX),
         generating: AtomicBool::new(true),
-        ready_hint: args.uses_ready_hints(),
+        ready_test: args.uses_ready_hints().then(|| {
+            let test: Arc<dyn Fn(u64) -> bool + Send + Sync> =
+                Arc::new(move |id| ready[id as usize].load(Acquire));
+            test
+        }),
     }));
 
     // The completer: completes each request at its intended time.

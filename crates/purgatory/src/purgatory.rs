@@ -225,8 +225,9 @@ where
     /// entry removed however many operations wait (Kafka walks them all every interval), and
     /// holds the empty cells awaiting it to `max(n, delayed operations)`: each cell's operation
     /// was dropped at completion (everything it owned is freed), the cell keeps its own
-    /// allocation, `size_of::<Op>()` plus at most 80 bytes (and its
-    /// [`ReadyHint`](crate::ReadyHint)'s closure, if it has one), until swept. Checks walk the
+    /// allocation, `size_of::<Op>()` plus at most 88 bytes (and a
+    /// [`ReadyHint::new`](crate::ReadyHint::new) closure's allocation, if it has one), until
+    /// swept. Checks walk the
     /// empty cells of their key too, so while keys are checked the interval alone decides, as in
     /// Kafka.
     pub fn purge_interval(mut self, n: usize) -> Self {

@@ -3,7 +3,7 @@
 #![cfg(not(loom))]
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)] // std threads and locks in tests
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -459,6 +459,83 @@ fn a_check_skips_operations_whose_ready_hint_says_not_ready() {
     p.try_complete_else_watch(op, LONG, &["m"]).unwrap();
     assert_eq!(p.check_and_complete(&"m"), 0);
     assert_eq!((maybe.tries(), maybe.completions()), (3, 0));
+    p.check_invariants();
+}
+
+/// Produces waiting for a high watermark, each with a `ReadyHint::shared` test and its own
+/// offset: a check passes each operation's offset to the one test, skips (no `try_complete`)
+/// the ones it rules out and completes exactly the ones the watermark has passed.
+#[test]
+fn a_shared_ready_hint_tests_each_operation_with_its_own_argument() {
+    struct Produce {
+        offset: u64,
+        hw: Arc<AtomicU64>,
+        test: Arc<dyn Fn(u64) -> bool + Send + Sync>,
+        tries: Arc<AtomicUsize>,
+        done: Arc<Mutex<Vec<u64>>>,
+    }
+    impl DelayedOperation for Produce {
+        fn try_complete(&mut self) -> bool {
+            self.tries.fetch_add(1, SeqCst);
+            self.hw.load(SeqCst) > self.offset
+        }
+        fn on_complete(&mut self) {
+            self.done.lock().unwrap().push(self.offset);
+        }
+        fn ready_hint(&self) -> Option<ReadyHint> {
+            Some(ReadyHint::shared(Arc::clone(&self.test), self.offset))
+        }
+    }
+    let clock = ManualClock::new(0);
+    let p: Purgatory<&'static str, Produce> = Purgatory::builder()
+        .clock(clock.clone())
+        .reaper(false)
+        .build();
+    let hw = Arc::new(AtomicU64::new(0));
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    let test: Arc<dyn Fn(u64) -> bool + Send + Sync> = {
+        let (hw, asked) = (Arc::clone(&hw), Arc::clone(&asked));
+        Arc::new(move |offset| {
+            asked.lock().unwrap().push(offset);
+            hw.load(SeqCst) > offset
+        })
+    };
+    let (tries, done) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(Mutex::new(Vec::new())),
+    );
+    for offset in [5, 1, 9, 3] {
+        let op = Produce {
+            offset,
+            hw: Arc::clone(&hw),
+            test: Arc::clone(&test),
+            tries: Arc::clone(&tries),
+            done: Arc::clone(&done),
+        };
+        p.try_complete_else_watch(op, LONG, &["partition-0"])
+            .unwrap();
+    }
+    assert_eq!(tries.load(SeqCst), 8, "two first tries each, no hint used");
+    assert!(asked.lock().unwrap().is_empty());
+
+    hw.store(4, SeqCst); // offsets 1 and 3 are now below the watermark
+    assert_eq!(p.check_and_complete(&"partition-0"), 2);
+    let mut seen = asked.lock().unwrap().clone();
+    seen.sort_unstable();
+    assert_eq!(
+        seen,
+        [1, 3, 5, 9],
+        "the test got each operation's own offset"
+    );
+    assert_eq!(
+        tries.load(SeqCst),
+        10,
+        "try_complete only where the hint said maybe"
+    );
+    let mut completed = done.lock().unwrap().clone();
+    completed.sort_unstable();
+    assert_eq!(completed, [1, 3]);
+    assert_eq!(p.delayed(), 2);
     p.check_invariants();
 }
 
