@@ -15,6 +15,9 @@
 //!   (rare: scans are short); otherwise they mutate it in place.
 //! * Watch, sweep and remove-if-empty all run under the same shard lock, so an operation can
 //!   never be appended to a list that has just been dropped from the map (R5 in LOOM.md).
+//! * Keys are hashed with foldhash (a random seed per map; minimally HashDoS-resistant, as
+//!   hashbrown's default): the keys are the server's own (partitions, groups), and SipHash cost
+//!   a twentieth of W4's generator CPU.
 //! * A closed map (shutdown) refuses appends; the flag is read under the shard lock, and the
 //!   shutdown drains every shard after setting it, so no append slips past the drain.
 
@@ -23,6 +26,10 @@ use std::hash::Hash;
 use crate::operation::{DelayedOperation, OpCell};
 use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::Arc;
+
+/// The map's hasher (see the ground rules).
+#[cfg(not(loom))]
+type Hasher = foldhash::fast::RandomState;
 
 /// One key's list of watchers.
 pub(crate) type List<Op> = Arc<Vec<Arc<OpCell<Op>>>>;
@@ -53,7 +60,7 @@ fn sweep<Op: DelayedOperation>(list: &mut List<Op>) -> usize {
 
 pub(crate) struct WatchMap<K, Op> {
     #[cfg(not(loom))]
-    map: dashmap::DashMap<K, List<Op>>,
+    map: dashmap::DashMap<K, List<Op>, Hasher>,
     #[cfg(loom)]
     map: crate::sync::Mutex<std::collections::HashMap<K, List<Op>>>,
     closed: AtomicBool,
@@ -65,7 +72,10 @@ impl<K: Hash + Eq + Clone, Op: DelayedOperation> WatchMap<K, Op> {
         let _ = shards;
         WatchMap {
             #[cfg(not(loom))]
-            map: dashmap::DashMap::with_shard_amount(shards.next_power_of_two().max(2)),
+            map: dashmap::DashMap::with_hasher_and_shard_amount(
+                Hasher::default(),
+                shards.next_power_of_two().max(2),
+            ),
             #[cfg(loom)]
             map: crate::sync::Mutex::new(std::collections::HashMap::new()),
             closed: AtomicBool::new(false),
