@@ -47,6 +47,7 @@ use std::sync::atomic::{
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crossbeam_channel::{Receiver, Sender};
 use purgatory::{DelayedOperation, OperationHandle, Purgatory, ReadyHint};
 use system_timer::SystemTimer;
 
@@ -368,10 +369,18 @@ fn normal(rng: &mut SplitMix64) -> f64 {
 type Pending = (u32, Option<OperationHandle<FakeOp>>);
 
 /// Completer bookkeeping: queue a batch's requests by due time.
-fn take(batch: Batch, queue: &mut CompletionQueue<Pending>) {
-    for (due, id, h) in batch {
+fn take(mut batch: Batch, queue: &mut CompletionQueue<Pending>, back: &Sender<Batch>) {
+    for (due, id, h) in batch.drain(..) {
         queue.push(due, (id, h));
     }
+    // The empty vector goes back to the generator, which refills it: a fresh vector per burst
+    // grew by reallocation (several allocations and copies each burst).
+    let _ = back.send(batch);
+}
+
+/// An empty batch vector for the generator: one the completer sent back, or a new one.
+fn refill(back: &Receiver<Batch>) -> Batch {
+    back.try_recv().unwrap_or_else(|_| Vec::with_capacity(64))
 }
 
 /// What the generator sends the completer: due time, id, handle.
@@ -546,6 +555,7 @@ pub fn run_once(args: &Args) -> Report {
     // Batches (one per generator burst): a message per request would make the completer spin
     // and park once per request, and that CPU would be counted against the purgatory.
     let (tx, rx) = crossbeam_channel::unbounded::<Batch>();
+    let (back_tx, back_rx) = crossbeam_channel::unbounded::<Batch>();
     let completer = {
         let purgatory = Arc::clone(&purgatory);
         let model = args.model;
@@ -593,7 +603,7 @@ pub fn run_once(args: &Args) -> Report {
                     // request is due, but at least one completer tick: waking per request (every
                     // ~10 µs at 100k/s) would cost more CPU than the purgatory itself.
                     for batch in rx.try_iter() {
-                        take(batch, &mut queue);
+                        take(batch, &mut queue, &back_tx);
                     }
                     let now = start.elapsed().as_nanos() as u64;
                     match queue.next_due_ns() {
@@ -613,7 +623,7 @@ pub fn run_once(args: &Args) -> Report {
                             }
                         }
                         None if open => match rx.recv() {
-                            Ok(b) => take(b, &mut queue),
+                            Ok(b) => take(b, &mut queue, &back_tx),
                             Err(_) => open = false,
                         },
                         None => break,
@@ -648,7 +658,7 @@ pub fn run_once(args: &Args) -> Report {
         let mut issue_ns = start.elapsed().as_nanos() as u64;
         if arrival_ns > issue_ns + 1_000_000 {
             if !batch.is_empty() {
-                let _ = tx.send(std::mem::take(&mut batch));
+                let _ = tx.send(std::mem::replace(&mut batch, refill(&back_rx)));
             }
             nudge(issue_ns);
             std::thread::sleep(Duration::from_nanos(arrival_ns - issue_ns));
@@ -671,7 +681,7 @@ pub fn run_once(args: &Args) -> Report {
             let h = (args.model == Model::Kafka).then_some(w.handle);
             batch.push((issue_ns + latency_ns[i], i as u32, h));
             if batch.len() >= 256 {
-                let _ = tx.send(std::mem::take(&mut batch));
+                let _ = tx.send(std::mem::replace(&mut batch, refill(&back_rx)));
             }
         }
     }
