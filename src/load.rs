@@ -10,9 +10,9 @@
 //!   completer calls `force_complete` on the request's handle.
 //! * `watch` model (a broker): each request watches its own keys drawn from the key space; the
 //!   completer marks the request ready and calls `check_and_complete` on each of its keys.
-//!   Each request offers a `ReadyHint` reading its ready flag, so checks skip the requests not
-//!   yet ready without their locks (`--ready-hint false`: Kafka's check, every watcher locked
-//!   and asked).
+//!   Each request gives its id to the purgatory's ready test (`Builder::ready_test`), which
+//!   reads its ready flag, so checks skip the requests not yet ready without their locks or
+//!   even reading them (`--ready-hint false`: Kafka's check, every watcher locked and asked).
 //!
 //! Differences from Kafka's tool, on purpose: latencies and gaps are not truncated to whole ms
 //! (so no request completes at its first try); keys are `u32` ids rather than strings; the
@@ -48,7 +48,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
-use purgatory::{DelayedOperation, OperationHandle, Purgatory, ReadyHint};
+use purgatory::{DelayedOperation, OperationHandle, Purgatory};
 use system_timer::SystemTimer;
 
 use crate::completion::CompletionQueue;
@@ -131,8 +131,9 @@ pub struct Args {
     /// whole-ms granularity; finer costs the harness CPU that is counted in the figures).
     #[arg(long, default_value_t = 1000)]
     pub completer_tick_us: u64,
-    /// `watch` model: each request offers a `ReadyHint` (a lock-free read of its ready flag),
-    /// so a key's check skips the requests that are not ready without taking their locks;
+    /// `watch` model: each request gives its id to the purgatory's ready test (a lock-free read
+    /// of its ready flag, `purgatory::Builder::ready_test`), so a key's check skips the
+    /// requests that are not ready without taking their locks or reading them;
     /// `false`: every check locks every pending watcher and calls `try_complete`, as Kafka's
     /// `checkAndComplete` does. (The `kafka` model never checks keys.)
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
@@ -160,8 +161,8 @@ pub struct Args {
 }
 
 impl Args {
-    /// Requests offer a `ReadyHint`: asked for, and in the `watch` model (the only one that
-    /// checks keys).
+    /// Checks use the ready test: asked for, and in the `watch` model (the only one that checks
+    /// keys).
     fn uses_ready_hints(&self) -> bool {
         self.ready_hint && self.model == Model::Watch
     }
@@ -183,10 +184,9 @@ struct Shared {
     completer_due_ns: AtomicU64,
     /// True while the generator issues requests (and so wakes the completer).
     generating: AtomicBool,
-    /// Requests offer a `ReadyHint` ([`Args::ready_hint`], `watch` model only): this test of
-    /// the flag whose index each request's hint carries, one for the whole run
-    /// ([`ReadyHint::shared`]: no allocation per request, no pointer chase per visit).
-    ready_test: Option<Arc<dyn Fn(u64) -> bool + Send + Sync>>,
+    /// Requests give their id to the purgatory's ready test, which reads their flag
+    /// ([`Args::ready_hint`], `watch` model only).
+    ready_hint: bool,
     // Totals come from the purgatory's own (per-thread striped) counters: a shared counter
     // here, bumped by the completer and the executor on every completion, cost more than the
     // purgatory's whole completion path.
@@ -201,9 +201,8 @@ impl DelayedOperation for FakeOp {
     fn try_complete(&mut self) -> bool {
         self.s.ready[self.id as usize].load(Acquire)
     }
-    fn ready_hint(&self) -> Option<ReadyHint> {
-        let test = self.s.ready_test.as_ref()?;
-        Some(ReadyHint::shared(Arc::clone(test), u64::from(self.id)))
+    fn ready_arg(&self) -> Option<u64> {
+        self.s.ready_hint.then_some(u64::from(self.id))
     }
     fn on_complete(&mut self) {
         done_log::push(
@@ -506,20 +505,23 @@ pub fn run_once(args: &Args) -> Report {
     } else {
         timer.executor_threads(args.executors).build()
     });
-    let purgatory: Arc<Purgatory<u32, FakeOp>> = Arc::new(
-        Purgatory::builder()
-            .name("w4")
-            .timer(Arc::clone(&timer))
-            .purge_interval(args.purge_interval)
-            .build(),
-    );
-
-    // The per-request tables are built before the clock starts; `start` is the one time base
-    // of arrivals, due times and completions.
+    // The requests' ready flags (watch model), leaked with the rest of the run's shared state.
     let ready: &'static [AtomicBool] = (0..n)
         .map(|_| AtomicBool::new(false))
         .collect::<Vec<_>>()
         .leak();
+    let mut purgatory = Purgatory::builder()
+        .name("w4")
+        .timer(Arc::clone(&timer))
+        .purge_interval(args.purge_interval);
+    if args.uses_ready_hints() {
+        // A check rules a request out by its ready flag, from its id beside it in the list.
+        purgatory = purgatory.ready_test(move |_key: &u32, id| ready[id as usize].load(Acquire));
+    }
+    let purgatory: Arc<Purgatory<u32, FakeOp>> = Arc::new(purgatory.build());
+
+    // The per-request tables are built before the clock starts; `start` is the one time base
+    // of arrivals, due times and completions.
     // The harness's own per-request tables, touched now so that they are in the baseline RSS
     // and "bytes per pending request" measures the purgatory alone.
     let mut arrivals: Vec<u64> = prefaulted(n);
@@ -544,11 +546,7 @@ pub fn run_once(args: &Args) -> Report {
         ready,
         completer_due_ns: AtomicU64::new(u64::MAX),
         generating: AtomicBool::new(true),
-        ready_test: args.uses_ready_hints().then(|| {
-            let test: Arc<dyn Fn(u64) -> bool + Send + Sync> =
-                Arc::new(move |id| ready[id as usize].load(Acquire));
-            test
-        }),
+        ready_hint: args.uses_ready_hints(),
     }));
 
     // The completer: completes each request at its intended time.
@@ -856,7 +854,7 @@ fn header(args: &Args) -> String {
         args.key_space, args.tick_ms, args.wheel_size, args.purge_interval, args.executors,
         args.reaper_grace_ms, args.completer_wake,
         match (args.model, args.ready_hint) {
-            (Model::Watch, true) => ", ready hints",
+            (Model::Watch, true) => ", ready test",
             (Model::Watch, false) => ", no ready hints (every check locks every watcher)",
             (Model::Kafka, _) => "",
         }

@@ -8,9 +8,10 @@
 //!   contract cannot be misused here).
 //! * `try_complete`, `on_complete` and `on_expiration` run **only under the op lock**, so they
 //!   never overlap for one operation (Kafka's 2025 fix, KAFKA-19312: expiry takes the lock too).
-//!   The one piece of user code that runs without it is the optional [`ReadyHint`], set when
-//!   the cell is made and never changed: a check reads it with no lock held, and only to skip
-//!   the operation (it changes no state).
+//!   The pieces of user code that run without it are the optional [`ReadyHint`], set when
+//!   the cell is made and never changed, and the purgatory's ready test
+//!   ([`Builder::ready_test`](crate::Builder::ready_test)): a check runs them with no lock
+//!   held, and only to skip the operation (they change no state).
 //! * `completed` goes `false → true` exactly once, under the op lock, by [`OpCell::complete_locked`]
 //!   (or by a hand-back at shutdown). Whoever sets it runs `on_complete` (then `on_expiration` if
 //!   expiry won) in the same lock hold, so `on_complete` runs exactly once. `try_complete` is
@@ -92,6 +93,17 @@ pub trait DelayedOperation: Send + 'static {
     fn ready_hint(&self) -> Option<ReadyHint> {
         None
     }
+
+    /// Optional: this operation's argument to the purgatory's ready test
+    /// ([`Builder::ready_test`](crate::Builder::ready_test)), asked once, when the operation
+    /// enters the purgatory, and kept beside it in each of its keys' watch lists: a check of
+    /// key `k` skips the operation when `test(k, arg)` is false without reading the operation
+    /// at all (not even its cell). A produce waiting for offset `o` on partition `k`: `o`, and
+    /// the test compares it with `k`'s high watermark. Default: none (the test is not asked;
+    /// `Some(u64::MAX)` means the same). Same contract as a [`ReadyHint`].
+    fn ready_arg(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// A lock-free pre-test for checks: "can this operation complete now?", answered from state
@@ -146,54 +158,24 @@ pub trait DelayedOperation: Send + 'static {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct ReadyHint {
-    /// The test and the operation's own argument to it. One representation for both forms: a
-    /// [`new`](Self::new) closure ignores the argument. `std`'s `Arc` even under loom: the test
-    /// is immutable shared data, not part of any protocol a model checks.
-    test: std::sync::Arc<dyn Fn(u64) -> bool + Send + Sync>,
-    arg: u64,
+    test: Box<dyn Fn() -> bool + Send + Sync>,
 }
 
 impl ReadyHint {
-    /// A hint that runs `test` (see the contract above). The closure is allocated per
-    /// operation, and a check reaches it through that allocation; when many operations ask the
-    /// same question with different arguments, [`shared`](Self::shared) allocates nothing and
-    /// saves the check that pointer chase.
+    /// A hint that runs `test` (see the contract above). When many operations ask the same
+    /// question of one key's state with different thresholds, the purgatory's
+    /// [`ready_test`](crate::Builder::ready_test) answers it without an allocation per
+    /// operation and without reading the operation.
     pub fn new(test: impl Fn() -> bool + Send + Sync + 'static) -> Self {
         ReadyHint {
-            test: std::sync::Arc::new(move |_| test()),
-            arg: 0,
+            test: Box::new(test),
         }
-    }
-
-    /// A hint that runs `test(arg)`: one test shared by many operations (cloning the `Arc`
-    /// allocates nothing), each with its own argument stored in the operation's cell: an
-    /// offset against a partition's high watermark, an index into a table of flags. A check's
-    /// visit then reads the argument from the cell it reads anyway, and the test's captured
-    /// state is the same for every visit (in cache). Same contract as [`new`](Self::new).
-    ///
-    /// ```
-    /// use purgatory::ReadyHint;
-    /// use std::sync::atomic::{AtomicU64, Ordering};
-    /// use std::sync::Arc;
-    ///
-    /// let hw = Arc::new(AtomicU64::new(0));
-    /// let reached: Arc<dyn Fn(u64) -> bool + Send + Sync> = {
-    ///     let hw = Arc::clone(&hw);
-    ///     Arc::new(move |offset| hw.load(Ordering::Acquire) > offset)
-    /// };
-    /// let hint = ReadyHint::shared(Arc::clone(&reached), 5); // for a produce up to offset 5
-    /// assert!(!hint.may_complete());
-    /// hw.store(6, Ordering::Release);
-    /// assert!(hint.may_complete());
-    /// ```
-    pub fn shared(test: std::sync::Arc<dyn Fn(u64) -> bool + Send + Sync>, arg: u64) -> Self {
-        ReadyHint { test, arg }
     }
 
     /// Runs the test.
     #[inline]
     pub fn may_complete(&self) -> bool {
-        (self.test)(self.arg)
+        (self.test)()
     }
 }
 
@@ -567,11 +549,11 @@ mod tests {
     }
 
     /// What an empty cell costs until it is swept (the purge interval's documentation quotes
-    /// it): the cell and its `Arc` header, beyond the operation's own size (a hint's shared
-    /// test is not counted: a [`ReadyHint::new`] closure is a separate allocation).
+    /// it): the cell and its `Arc` header, beyond the operation's own size (a hint's closure,
+    /// when there is one, is a separate allocation).
     #[test]
-    fn a_cell_costs_at_most_88_bytes_beyond_its_operation() {
+    fn a_cell_costs_at_most_80_bytes_beyond_its_operation() {
         let overhead = std::mem::size_of::<OpCell<Nothing>>() + 2 * std::mem::size_of::<usize>();
-        assert!(overhead <= 88, "{overhead} bytes");
+        assert!(overhead <= 80, "{overhead} bytes");
     }
 }

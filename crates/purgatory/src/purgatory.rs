@@ -11,7 +11,7 @@ use crate::error::WatchError;
 use crate::operation::{Common, DelayedOperation, OpCell, OperationHandle};
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::Arc;
-use crate::watchers::WatchMap;
+use crate::watchers::{Entry, WatchMap, NO_ARG};
 
 /// Kafka's default purge interval (`*.purgatory.purge.interval.requests`).
 pub const DEFAULT_PURGE_INTERVAL: usize = 1000;
@@ -66,6 +66,7 @@ pub struct PurgatoryStats {
 struct Inner<K, Op> {
     name: String,
     watchers: Arc<WatchMap<K, Op>>,
+    ready_test: Option<ReadyTest<K>>,
     own_timer: bool,
     /// The timer (`common.timer`) and the counters, shared with every operation.
     common: Arc<Common>,
@@ -132,8 +133,13 @@ pub struct Builder<K, Op> {
     expiry_threads: usize,
     purge_interval: usize,
     shards: usize,
+    ready_test: Option<ReadyTest<K>>,
     _types: PhantomData<fn(K, Op)>,
 }
+
+/// The purgatory's ready test (see [`Builder::ready_test`]). `std`'s `Arc` even under loom:
+/// immutable shared data, not part of any protocol a model checks.
+type ReadyTest<K> = std::sync::Arc<dyn Fn(&K, u64) -> bool + Send + Sync>;
 
 // ===== impl Builder =====
 
@@ -156,6 +162,7 @@ where
             expiry_threads: 0,
             purge_interval: DEFAULT_PURGE_INTERVAL,
             shards: DEFAULT_SHARDS,
+            ready_test: None,
             _types: PhantomData,
         }
     }
@@ -225,9 +232,8 @@ where
     /// entry removed however many operations wait (Kafka walks them all every interval), and
     /// holds the empty cells awaiting it to `max(n, delayed operations)`: each cell's operation
     /// was dropped at completion (everything it owned is freed), the cell keeps its own
-    /// allocation, `size_of::<Op>()` plus at most 88 bytes (and a
-    /// [`ReadyHint::new`](crate::ReadyHint::new) closure's allocation, if it has one), until
-    /// swept. Checks walk the
+    /// allocation, `size_of::<Op>()` plus at most 80 bytes (and its
+    /// [`ReadyHint`](crate::ReadyHint)'s closure, if it has one), until swept. Checks walk the
     /// empty cells of their key too, so while keys are checked the interval alone decides, as in
     /// Kafka.
     pub fn purge_interval(mut self, n: usize) -> Self {
@@ -238,6 +244,54 @@ where
     /// Watch-map shards (default 512; rounded up to a power of two).
     pub fn shards(mut self, n: usize) -> Self {
         self.shards = n.max(1);
+        self
+    }
+
+    /// A lock-free pre-test for checks, asked per watcher with the key being checked and the
+    /// argument the operation gave ([`DelayedOperation::ready_arg`]): when it returns false the
+    /// check skips the operation without reading it (the argument sits in the watch list
+    /// beside it). It suits purgatories whose operations each wait for one key's state to
+    /// pass a threshold: a delayed produce (key: a partition; argument: the offset it needs
+    /// the partition's high watermark to reach). Operations without an argument (or with
+    /// `u64::MAX`, which means the same) are not tested. Default: none.
+    ///
+    /// The contract is a [`ReadyHint`](crate::ReadyHint)'s: return false only when
+    /// `try_complete` would return false, given everything that happened before the
+    /// [`check_and_complete`](Purgatory::check_and_complete) call; it runs concurrently with
+    /// anything (also for operations already completed) and must not block.
+    ///
+    /// ```
+    /// use purgatory::{DelayedOperation, Purgatory};
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    ///
+    /// struct DelayedProduce { offset: u64, hw: Arc<AtomicU64> }
+    /// impl DelayedOperation for DelayedProduce {
+    ///     fn try_complete(&mut self) -> bool { self.hw.load(Ordering::Acquire) > self.offset }
+    ///     fn on_complete(&mut self) {}
+    ///     fn ready_arg(&self) -> Option<u64> { Some(self.offset) }
+    /// }
+    ///
+    /// let hw = Arc::new(AtomicU64::new(0)); // partition 7's high watermark
+    /// let p: Purgatory<u32, DelayedProduce> = Purgatory::builder()
+    ///     .reaper(false)
+    ///     .ready_test({
+    ///         let hw = Arc::clone(&hw);
+    ///         move |_partition: &u32, offset| hw.load(Ordering::Acquire) > offset
+    ///     })
+    ///     .build();
+    /// for offset in 0..100 {
+    ///     let op = DelayedProduce { offset, hw: hw.clone() };
+    ///     p.try_complete_else_watch(op, Duration::from_secs(30), &[7])?;
+    /// }
+    /// hw.store(10, Ordering::Release);
+    /// // Ten are ready; the other ninety are skipped without reading them.
+    /// assert_eq!(p.check_and_complete(&7), 10);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn ready_test(mut self, test: impl Fn(&K, u64) -> bool + Send + Sync + 'static) -> Self {
+        self.ready_test = Some(std::sync::Arc::new(test));
         self
     }
 
@@ -270,6 +324,7 @@ where
             inner: Arc::new(Inner {
                 name: self.name,
                 watchers: Arc::new(WatchMap::new(self.shards)),
+                ready_test: self.ready_test,
                 own_timer,
                 common,
                 purge_scheduled: Arc::new(AtomicBool::new(false)),
@@ -302,6 +357,7 @@ impl<K, Op> fmt::Debug for Builder<K, Op> {
             .field("expiry_threads", &self.expiry_threads)
             .field("purge_interval", &self.purge_interval)
             .field("shards", &self.shards)
+            .field("ready_test", &self.ready_test.is_some())
             .finish()
     }
 }
@@ -352,6 +408,10 @@ where
             return Err(WatchError::Shutdown(op));
         }
         inner.accepted.fetch_add(1, Ordering::Relaxed);
+        let arg = match inner.ready_test {
+            Some(_) => op.ready_arg().unwrap_or(NO_ARG),
+            None => NO_ARG,
+        };
         let cell = Arc::new(OpCell::new(op, Arc::clone(&inner.common)));
         let handle = OperationHandle {
             cell: Arc::clone(&cell),
@@ -365,7 +425,7 @@ where
             });
         }
         for key in keys {
-            if !inner.watchers.watch(key.clone(), &cell) {
+            if !inner.watchers.watch(key.clone(), &cell, arg) {
                 // Closed under us: hand the operation back; cells already appended are empty
                 // shells the shutdown's drain skips.
                 let op = cell.hand_back_locked(&mut st);
@@ -428,7 +488,15 @@ where
         };
         let mut completed = 0;
         let mut done = 0;
-        for cell in list.iter() {
+        let test = inner.ready_test.as_deref();
+        for entry in list.iter() {
+            if let Some(test) = test {
+                if entry.arg != NO_ARG && !test(key, entry.arg) {
+                    // The purgatory's ready test rules it out: skipped without reading it.
+                    continue;
+                }
+            }
+            let cell = &entry.cell;
             if cell.is_completed() {
                 done += 1;
                 continue;
@@ -468,7 +536,7 @@ where
             return Vec::new();
         };
         let mut out = Vec::new();
-        for cell in list.iter() {
+        for Entry { cell, .. } in list.iter() {
             let mut st = cell.lock();
             if cell.is_completed() {
                 continue;
@@ -593,7 +661,7 @@ where
     pub fn check_invariants(&self) {
         let mut armed = std::collections::HashSet::new();
         for (_, list) in self.inner.watchers.lists() {
-            for cell in list.iter() {
+            for Entry { cell, .. } in list.iter() {
                 let st = cell.lock();
                 if cell.is_completed() {
                     assert!(

@@ -2,7 +2,8 @@
 //!
 //! # Ground rules
 //!
-//! * A key's list is a copy-on-write `Arc<Vec<Arc<OpCell>>>` in a sharded map (DashMap; one
+//! * A key's list is a copy-on-write `Arc<Vec<Entry>>` (each entry an operation's
+//!   `Arc<OpCell>` and its argument to the purgatory's ready test) in a sharded map (DashMap; one
 //!   `Mutex<HashMap>` under loom). Every read or write of the map happens under the key's shard
 //!   lock, and **no operation's lock is ever taken while a shard lock is held**.
 //! * A check takes a *snapshot* (clones the list's outer `Arc`, one atomic increment) under the
@@ -31,11 +32,32 @@ use crate::sync::Arc;
 #[cfg(not(loom))]
 type Hasher = foldhash::fast::RandomState;
 
+/// One operation in a key's list: its cell, and the argument it gave the purgatory's ready
+/// test ([`DelayedOperation::ready_arg`]), kept here so that a check can rule the operation out
+/// without reading its cell. 16 bytes: "no argument" is [`NO_ARG`].
+pub(crate) struct Entry<Op> {
+    pub(crate) cell: Arc<OpCell<Op>>,
+    pub(crate) arg: u64,
+}
+
+/// [`Entry::arg`] of an operation the ready test is not asked about (no argument, or
+/// `u64::MAX`, which is documented to mean the same: never skipping is always safe).
+pub(crate) const NO_ARG: u64 = u64::MAX;
+
+impl<Op> Clone for Entry<Op> {
+    fn clone(&self) -> Self {
+        Entry {
+            cell: Arc::clone(&self.cell),
+            arg: self.arg,
+        }
+    }
+}
+
 /// One key's list of watchers.
-pub(crate) type List<Op> = Arc<Vec<Arc<OpCell<Op>>>>;
+pub(crate) type List<Op> = Arc<Vec<Entry<Op>>>;
 
 /// Mutable access to a list, copying it first if a snapshot shares it.
-fn list_mut<Op>(list: &mut List<Op>) -> &mut Vec<Arc<OpCell<Op>>> {
+fn list_mut<Op>(list: &mut List<Op>) -> &mut Vec<Entry<Op>> {
     if Arc::get_mut(list).is_none() {
         *list = Arc::new(list.iter().cloned().collect());
     }
@@ -52,8 +74,8 @@ fn list_mut<Op>(list: &mut List<Op>) -> &mut Vec<Arc<OpCell<Op>>> {
 /// before (the purge of a long list was a tenth of a W4 run's CPU).
 fn sweep<Op: DelayedOperation>(list: &mut List<Op>) -> usize {
     let before = list.len();
-    if list.iter().filter(|c| c.is_completed()).count() > 0 {
-        list_mut(list).retain(|c| !c.is_completed());
+    if list.iter().filter(|e| e.cell.is_completed()).count() > 0 {
+        list_mut(list).retain(|e| !e.cell.is_completed());
     }
     before - list.len()
 }
@@ -82,16 +104,21 @@ impl<K: Hash + Eq + Clone, Op: DelayedOperation> WatchMap<K, Op> {
         }
     }
 
-    /// Appends `cell` to `key`'s list (creating it); false if the map is closed.
-    pub(crate) fn watch(&self, key: K, cell: &Arc<OpCell<Op>>) -> bool {
+    /// Appends `cell` (with its ready argument) to `key`'s list (creating it); false if the map
+    /// is closed.
+    pub(crate) fn watch(&self, key: K, cell: &Arc<OpCell<Op>>, arg: u64) -> bool {
+        let entry = Entry {
+            cell: Arc::clone(cell),
+            arg,
+        };
         #[cfg(not(loom))]
         {
             // The entry holds the shard's write lock while `closed` is read.
-            let entry = self.map.entry(key);
+            let slot = self.map.entry(key);
             if self.closed.load(Ordering::Acquire) {
                 return false;
             }
-            list_mut(&mut entry.or_default()).push(Arc::clone(cell));
+            list_mut(&mut slot.or_default()).push(entry);
             true
         }
         #[cfg(loom)]
@@ -100,7 +127,7 @@ impl<K: Hash + Eq + Clone, Op: DelayedOperation> WatchMap<K, Op> {
             if self.closed.load(Ordering::Acquire) {
                 return false;
             }
-            list_mut(map.entry(key).or_default()).push(Arc::clone(cell));
+            list_mut(map.entry(key).or_default()).push(entry);
             true
         }
     }
@@ -186,12 +213,12 @@ impl<K: Hash + Eq + Clone, Op: DelayedOperation> WatchMap<K, Op> {
         let mut cells = Vec::new();
         #[cfg(not(loom))]
         self.map.retain(|_, list| {
-            cells.extend(list.iter().cloned());
+            cells.extend(list.iter().map(|e| Arc::clone(&e.cell)));
             false
         });
         #[cfg(loom)]
         self.map.lock().retain(|_, list| {
-            cells.extend(list.iter().cloned());
+            cells.extend(list.iter().map(|e| Arc::clone(&e.cell)));
             false
         });
         let mut seen = std::collections::HashSet::new();

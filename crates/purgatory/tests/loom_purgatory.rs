@@ -170,12 +170,15 @@ impl Probe {
             log: self.log.clone(),
             completed: false,
             hinted: false,
+            tested: false,
         }
     }
-    /// The same with a [`ReadyHint`] over the same flag (checks may skip it without its lock).
-    fn hinted_op(&self) -> Op {
+    /// The operation the model asks for: plain, with a [`ReadyHint`] over the same flag, or
+    /// with its id as its argument to the purgatory's ready test (see [`purgatory_for`]).
+    fn op_for(&self, skip: Skip) -> Op {
         Op {
-            hinted: true,
+            hinted: skip == Skip::Hint,
+            tested: skip == Skip::Test,
             ..self.op()
         }
     }
@@ -195,6 +198,19 @@ struct Op {
     completed: bool,
     /// Offers a `ReadyHint` reading `ready` (Acquire) without the op lock.
     hinted: bool,
+    /// Gives its id to the purgatory's ready test, which reads `ready` (Acquire).
+    tested: bool,
+}
+
+/// How a check may skip an operation without its lock.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Skip {
+    /// It may not: every check locks it and calls `try_complete` (Kafka's check).
+    Never,
+    /// Its [`ReadyHint`] says not ready.
+    Hint,
+    /// The purgatory's ready test ([`purgatory::Builder::ready_test`]) says not ready.
+    Test,
 }
 
 impl DelayedOperation for Op {
@@ -226,6 +242,9 @@ impl DelayedOperation for Op {
         self.hinted
             .then(|| ReadyHint::new(move || ready.load(Ordering::Acquire)))
     }
+    fn ready_arg(&self) -> Option<u64> {
+        self.tested.then_some(u64::from(self.id))
+    }
 }
 
 /// A thread that makes `probe`'s op ready and then checks `K` (what a producer does after an
@@ -247,6 +266,20 @@ fn purgatory(clock: &ManualClock) -> Purgatory<u8, Op> {
         .build()
 }
 
+/// The same, with a ready test reading `probe`'s flag when the model asks for [`Skip::Test`].
+fn purgatory_for(clock: &ManualClock, skip: Skip, probe: &Probe) -> Purgatory<u8, Op> {
+    let b = Purgatory::builder().clock(clock.clone()).reaper(false);
+    if skip != Skip::Test {
+        return b.build();
+    }
+    let (ready, id) = (Arc::clone(&probe.ready), u64::from(probe.id));
+    b.ready_test(move |_key: &u8, arg| {
+        assert_eq!(arg, id, "the test gets the operation's own argument");
+        ready.load(Ordering::Acquire)
+    })
+    .build()
+}
+
 /// R3: operation completed by `check_and_complete` and by expiry at once. The op (timeout
 /// 10 ms) is watched on `K`; main makes it ready and checks `K`, while the reaper moves the clock
 /// to 10 ms and advances (running the expiry inline). `on_complete` runs exactly once;
@@ -254,17 +287,24 @@ fn purgatory(clock: &ManualClock) -> Purgatory<u8, Op> {
 /// timer entry is cancelled or its run is a no-op; nothing is left armed, counted or watched.
 #[test]
 fn check_and_complete_races_expiry() {
-    check_and_complete_races_expiry_model(false);
+    check_and_complete_races_expiry_model(Skip::Never);
 }
 
 /// R3 with a [`ReadyHint`]: the check reads the hint with no lock while the expiry completes
 /// the op under its lock (the hint may run after completion); still exactly once.
 #[test]
 fn check_and_complete_with_a_ready_hint_races_expiry() {
-    check_and_complete_races_expiry_model(true);
+    check_and_complete_races_expiry_model(Skip::Hint);
 }
 
-fn check_and_complete_races_expiry_model(hinted: bool) {
+/// R3 with the purgatory's ready test: the check asks it with the argument kept in the watch
+/// list, reading nothing of the op, while the expiry completes the op; still exactly once.
+#[test]
+fn check_and_complete_with_a_ready_test_races_expiry() {
+    check_and_complete_races_expiry_model(Skip::Test);
+}
+
+fn check_and_complete_races_expiry_model(skip: Skip) {
     const OUTCOMES: &[&str] = &[
         "completed by the check, timer entry cancelled",
         "completed by the check, expiry ran and found it completed",
@@ -273,14 +313,11 @@ fn check_and_complete_races_expiry_model(hinted: bool) {
     model(OUTCOMES, move || {
         let clock = ManualClock::new(0);
         let log = Log::new();
-        let p = Arc::new(purgatory(&clock));
         let probe = Probe::new(1, &log);
-        let op = if hinted {
-            probe.hinted_op()
-        } else {
-            probe.op()
-        };
-        let w = p.try_complete_else_watch(op, 10 * MS, &[K]).unwrap();
+        let p = Arc::new(purgatory_for(&clock, skip, &probe));
+        let w = p
+            .try_complete_else_watch(probe.op_for(skip), 10 * MS, &[K])
+            .unwrap();
         assert!(!w.completed);
         assert_eq!(p.delayed(), 1);
 
@@ -340,7 +377,7 @@ fn check_and_complete_races_expiry_model(hinted: bool) {
 /// expiry: by the call itself (first or second try) or by the check, exactly once.
 #[test]
 fn event_between_first_try_and_watch_is_not_lost() {
-    event_between_first_try_and_watch(false);
+    event_between_first_try_and_watch(Skip::Never);
 }
 
 /// R6 with a [`ReadyHint`]: the check reads the hint without the op's lock and skips the op
@@ -349,10 +386,17 @@ fn event_between_first_try_and_watch_is_not_lost() {
 /// exactly once.
 #[test]
 fn event_between_first_try_and_watch_is_not_lost_with_a_ready_hint() {
-    event_between_first_try_and_watch(true);
+    event_between_first_try_and_watch(Skip::Hint);
 }
 
-fn event_between_first_try_and_watch(hinted: bool) {
+/// R6 with the purgatory's ready test: the check skips the op by the argument kept beside it
+/// in the watch list; an event between the first try and the watch is still never lost.
+#[test]
+fn event_between_first_try_and_watch_is_not_lost_with_a_ready_test() {
+    event_between_first_try_and_watch(Skip::Test);
+}
+
+fn event_between_first_try_and_watch(skip: Skip) {
     const OUTCOMES: &[&str] = &[
         "ready at the first try",
         "ready at the second try",
@@ -361,16 +405,13 @@ fn event_between_first_try_and_watch(hinted: bool) {
     model(OUTCOMES, move || {
         let clock = ManualClock::new(0);
         let log = Log::new();
-        let p = Arc::new(purgatory(&clock));
         let probe = Probe::new(1, &log);
+        let p = Arc::new(purgatory_for(&clock, skip, &probe));
 
         let checker = spawn_ready_check(&p, &probe);
-        let op = if hinted {
-            probe.hinted_op()
-        } else {
-            probe.op()
-        };
-        let w = p.try_complete_else_watch(op, LONG, &[K]).unwrap();
+        let w = p
+            .try_complete_else_watch(probe.op_for(skip), LONG, &[K])
+            .unwrap();
         let checked = checker.join().unwrap();
 
         let ev = log.of(1);

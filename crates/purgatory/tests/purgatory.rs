@@ -462,80 +462,96 @@ fn a_check_skips_operations_whose_ready_hint_says_not_ready() {
     p.check_invariants();
 }
 
-/// Produces waiting for a high watermark, each with a `ReadyHint::shared` test and its own
-/// offset: a check passes each operation's offset to the one test, skips (no `try_complete`)
-/// the ones it rules out and completes exactly the ones the watermark has passed.
+/// Produces waiting for partitions' high watermarks, each giving its offset to the purgatory's
+/// ready test: a check asks the test with the key being checked and each operation's own
+/// argument, skips the ones it rules out without calling `try_complete` (nor their
+/// `ReadyHint`), and completes exactly the ones past the watermark. Operations without an
+/// argument (or with `u64::MAX`) are never skipped by the test.
 #[test]
-fn a_shared_ready_hint_tests_each_operation_with_its_own_argument() {
+fn a_ready_test_gets_the_key_and_each_operations_argument() {
     struct Produce {
-        offset: u64,
+        offset: Option<u64>,
         hw: Arc<AtomicU64>,
-        test: Arc<dyn Fn(u64) -> bool + Send + Sync>,
         tries: Arc<AtomicUsize>,
-        done: Arc<Mutex<Vec<u64>>>,
+        hint_calls: Arc<AtomicUsize>,
+        done: Arc<Mutex<Vec<Option<u64>>>>,
     }
     impl DelayedOperation for Produce {
         fn try_complete(&mut self) -> bool {
             self.tries.fetch_add(1, SeqCst);
-            self.hw.load(SeqCst) > self.offset
+            self.hw.load(SeqCst) > self.offset.unwrap_or(7)
         }
         fn on_complete(&mut self) {
             self.done.lock().unwrap().push(self.offset);
         }
+        fn ready_arg(&self) -> Option<u64> {
+            self.offset
+        }
         fn ready_hint(&self) -> Option<ReadyHint> {
-            Some(ReadyHint::shared(Arc::clone(&self.test), self.offset))
+            let calls = Arc::clone(&self.hint_calls);
+            Some(ReadyHint::new(move || {
+                calls.fetch_add(1, SeqCst);
+                true
+            }))
         }
     }
     let clock = ManualClock::new(0);
+    let hw = Arc::new(AtomicU64::new(0));
+    let asked = Arc::new(Mutex::new(Vec::new()));
     let p: Purgatory<&'static str, Produce> = Purgatory::builder()
         .clock(clock.clone())
         .reaper(false)
-        .build();
-    let hw = Arc::new(AtomicU64::new(0));
-    let asked = Arc::new(Mutex::new(Vec::new()));
-    let test: Arc<dyn Fn(u64) -> bool + Send + Sync> = {
-        let (hw, asked) = (Arc::clone(&hw), Arc::clone(&asked));
-        Arc::new(move |offset| {
-            asked.lock().unwrap().push(offset);
-            hw.load(SeqCst) > offset
+        .ready_test({
+            let (hw, asked) = (Arc::clone(&hw), Arc::clone(&asked));
+            move |key: &&'static str, offset| {
+                asked.lock().unwrap().push((*key, offset));
+                hw.load(SeqCst) > offset
+            }
         })
-    };
-    let (tries, done) = (
-        Arc::new(AtomicUsize::new(0)),
-        Arc::new(Mutex::new(Vec::new())),
-    );
-    for offset in [5, 1, 9, 3] {
+        .build();
+    let (tries, hint_calls) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let done = Arc::new(Mutex::new(Vec::new()));
+    // Offset 7 without an argument; u64::MAX stands for "no argument" too.
+    for offset in [Some(5), Some(1), Some(9), Some(3), None, Some(u64::MAX)] {
         let op = Produce {
             offset,
             hw: Arc::clone(&hw),
-            test: Arc::clone(&test),
             tries: Arc::clone(&tries),
+            hint_calls: Arc::clone(&hint_calls),
             done: Arc::clone(&done),
         };
-        p.try_complete_else_watch(op, LONG, &["partition-0"])
-            .unwrap();
+        p.try_complete_else_watch(op, LONG, &["p0"]).unwrap();
     }
-    assert_eq!(tries.load(SeqCst), 8, "two first tries each, no hint used");
+    assert_eq!(
+        tries.load(SeqCst),
+        12,
+        "two first tries each, no test asked"
+    );
     assert!(asked.lock().unwrap().is_empty());
 
     hw.store(4, SeqCst); // offsets 1 and 3 are now below the watermark
-    assert_eq!(p.check_and_complete(&"partition-0"), 2);
+    assert_eq!(p.check_and_complete(&"p0"), 2);
     let mut seen = asked.lock().unwrap().clone();
     seen.sort_unstable();
     assert_eq!(
         seen,
-        [1, 3, 5, 9],
-        "the test got each operation's own offset"
+        [("p0", 1), ("p0", 3), ("p0", 5), ("p0", 9)],
+        "the test got the key and each operation's own argument, and only those with one"
+    );
+    assert_eq!(
+        hint_calls.load(SeqCst),
+        4,
+        "the hint is asked only past the test: offsets 1, 3 and the two without an argument"
     );
     assert_eq!(
         tries.load(SeqCst),
-        10,
-        "try_complete only where the hint said maybe"
+        16,
+        "try_complete only where the test said maybe"
     );
     let mut completed = done.lock().unwrap().clone();
     completed.sort_unstable();
-    assert_eq!(completed, [1, 3]);
-    assert_eq!(p.delayed(), 2);
+    assert_eq!(completed, [Some(1), Some(3)]);
+    assert_eq!(p.delayed(), 4);
     p.check_invariants();
 }
 
