@@ -258,7 +258,10 @@ where
     /// The contract is a [`ReadyHint`](crate::ReadyHint)'s: return false only when
     /// `try_complete` would return false, given everything that happened before the
     /// [`check_and_complete`](Purgatory::check_and_complete) call; it runs concurrently with
-    /// anything (also for operations already completed) and must not block.
+    /// anything (also for operations already completed) and must not block. A check cannot
+    /// tell a completed operation the test rules out from a pending one, so such entries wait
+    /// for the purge ([`purge_interval`](Self::purge_interval)) to be swept, not for the
+    /// check.
     ///
     /// ```
     /// use purgatory::{DelayedOperation, Purgatory};
@@ -476,9 +479,10 @@ where
 
     /// Kafka's `checkAndComplete`: runs `try_complete` on every pending operation watching
     /// `key` (blocking on each one's lock, never skipping a locked one) and completes the ready
-    /// ones. An operation with a [`ReadyHint`](crate::ReadyHint) that says not ready is skipped
-    /// without its lock. Returns how many this call completed. Runs no user code under any map
-    /// lock. Drops the key's list once every operation on it has completed.
+    /// ones. An operation that the purgatory's [`ready_test`](Builder::ready_test) rules out is
+    /// skipped without reading it; one with a [`ReadyHint`](crate::ReadyHint) that says not
+    /// ready, without its lock. Returns how many this call completed. Runs no user code under
+    /// any map lock. Drops the key's list once every operation on it has completed.
     #[doc(alias = "checkAndComplete")]
     pub fn check_and_complete(&self, key: &K) -> usize {
         let inner = &self.inner;
