@@ -113,6 +113,11 @@ pub(crate) struct Inner<T> {
     /// the wheel's count and not yet added them to `dispatched`: [`SystemTimer::len`] reads
     /// both counts at an even, unchanged value (a seqlock), so it never misses such a batch.
     pub(crate) moving: AtomicU64,
+    /// How many jobs the last advance took out of the wheel: the next one sizes its job vector
+    /// by it (growing it push by push cost several reallocations per advance on a busy timer).
+    /// Read and written only under the wheel lock; a hint, not state, so `std`'s atomic even
+    /// under loom.
+    pub(crate) jobs_hint: std::sync::atomic::AtomicUsize,
     /// Jobs the executors handed back after `stopping` was set.
     pub(crate) returned: Mutex<Vec<T>>,
     #[cfg(not(loom))]
@@ -389,6 +394,7 @@ impl<T: TimerTask> Builder<T> {
             stopping: AtomicBool::new(false),
             running: AtomicUsize::new(0),
             moving: AtomicU64::new(0),
+            jobs_hint: std::sync::atomic::AtomicUsize::new(0),
             returned: Mutex::new(Vec::new()),
             #[cfg(not(loom))]
             parker: Arc::new(crate::reaper::Parker::new(
@@ -1011,12 +1017,17 @@ impl<T: TimerTask> Inner<T> {
             // writer; the wheel lock makes it the only one).
             self.moving.fetch_add(1, Ordering::Relaxed);
             fence(Ordering::Release);
+            let hint = self.jobs_hint.load(Ordering::Relaxed);
             from_wheel = g.advance(now_ns, |f| {
+                if jobs.capacity() == 0 {
+                    jobs.reserve(hint);
+                }
                 jobs.push(Job {
                     task: f.value,
                     deadline_ns: f.deadline,
                 })
             });
+            self.jobs_hint.store(from_wheel, Ordering::Relaxed);
             if from_wheel > 0 {
                 self.stats
                     .dispatched
