@@ -95,43 +95,44 @@ fn ours(c: &mut Criterion) {
 
 /// One check of a key that `n` operations watch, none ready.
 fn check_not_ready(c: &mut Criterion) {
+    /// Watches the `n` operations `make(i)` on key 7 of `p` and times one check of it.
     fn run<Op: DelayedOperation>(
         b: &mut criterion::Bencher<'_>,
+        p: Purgatory<u32, Op>,
         n: usize,
-        make: impl Fn(Arc<AtomicBool>) -> Op,
+        make: impl Fn(u64) -> Op,
     ) {
-        let p: Purgatory<u32, Op> = Purgatory::builder().name("bench").build();
-        for _ in 0..n {
-            // A flag per operation, as a request's own state.
-            p.try_complete_else_watch(make(Arc::new(AtomicBool::new(false))), TIMEOUT, &[7])
-                .unwrap();
+        for i in 0..n as u64 {
+            p.try_complete_else_watch(make(i), TIMEOUT, &[7]).unwrap();
         }
         b.iter(|| assert_eq!(p.check_and_complete(black_box(&7)), 0));
     }
+    // A flag per operation, as a request's own state.
+    let flag = || Arc::new(AtomicBool::new(false));
     let mut g = c.benchmark_group("check-not-ready");
     for n in [100usize, 1_000] {
         g.throughput(Throughput::Elements(n as u64));
         g.bench_with_input(BenchmarkId::new("lock-every-watcher", n), &n, |b, &n| {
-            run(b, n, BenchOp::<false>)
+            run(b, Purgatory::builder().name("bench").build(), n, |_| {
+                BenchOp::<false>(flag())
+            })
         });
         g.bench_with_input(BenchmarkId::new("ready-hint", n), &n, |b, &n| {
-            run(b, n, BenchOp::<true>)
+            run(b, Purgatory::builder().name("bench").build(), n, |_| {
+                BenchOp::<true>(flag())
+            })
         });
         g.bench_with_input(BenchmarkId::new("ready-test", n), &n, |b, &n| {
             let hw = Arc::new(AtomicU64::new(0));
             let test_hw = Arc::clone(&hw);
-            let p: Purgatory<u32, Produce> = Purgatory::builder()
+            let p = Purgatory::builder()
                 .name("bench")
                 .ready_test(move |_partition: &u32, offset| test_hw.load(Relaxed) > offset)
                 .build();
-            for offset in 0..n as u64 {
-                let op = Produce {
-                    offset,
-                    hw: Arc::clone(&hw),
-                };
-                p.try_complete_else_watch(op, TIMEOUT, &[7]).unwrap();
-            }
-            b.iter(|| assert_eq!(p.check_and_complete(black_box(&7)), 0));
+            run(b, p, n, |offset| Produce {
+                offset,
+                hw: Arc::clone(&hw),
+            })
         });
     }
     g.finish();

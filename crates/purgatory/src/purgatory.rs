@@ -411,10 +411,7 @@ where
             return Err(WatchError::Shutdown(op));
         }
         inner.accepted.fetch_add(1, Ordering::Relaxed);
-        let arg = match inner.ready_test {
-            Some(_) => op.ready_arg().unwrap_or(NO_ARG),
-            None => NO_ARG,
-        };
+        let arg = inner.ready_test.as_ref().and_then(|_| op.ready_arg());
         let cell = Arc::new(OpCell::new(op, Arc::clone(&inner.common)));
         let handle = OperationHandle {
             cell: Arc::clone(&cell),
@@ -428,7 +425,10 @@ where
             });
         }
         for key in keys {
-            if !inner.watchers.watch(key.clone(), &cell, arg) {
+            if !inner
+                .watchers
+                .watch(key.clone(), &cell, arg.unwrap_or(NO_ARG))
+            {
                 // Closed under us: hand the operation back; cells already appended are empty
                 // shells the shutdown's drain skips.
                 let op = cell.hand_back_locked(&mut st);
