@@ -158,6 +158,16 @@ pub struct Args {
     /// starting from --rate.
     #[arg(long)]
     pub find_max_rate: bool,
+    /// Run the harness alone: the same arrivals, bursts, sleeps, batches, completer wake-ups
+    /// and completion logs, but no purgatory and no timer; the completer logs each request at
+    /// its latency, or at its timeout as an expiry. Its CPU is the floor the harness puts under
+    /// every W4 figure (mostly the two threads' wake-ups).
+    #[arg(long)]
+    pub harness_only: bool,
+    /// After the run, run the harness alone with the same flags (`--harness-only`) and report
+    /// its CPU beside the run's: the difference is the purgatory's own share.
+    #[arg(long)]
+    pub baseline: bool,
 }
 
 impl Args {
@@ -187,6 +197,11 @@ struct Shared {
     /// Requests give their id to the purgatory's ready test, which reads their flag
     /// ([`Args::ready_hint`], `watch` model only).
     ready_hint: bool,
+    /// `--harness-only`: no purgatory; the completer logs every request itself.
+    harness_only: bool,
+    /// Requests the completer has logged, `--harness-only` runs only (added once per wake-up;
+    /// the run waits on it and the progress display reads it).
+    harness_done: AtomicU64,
     // Totals come from the purgatory's own (per-thread striped) counters: a shared counter
     // here, bumped by the completer and the executor on every completion, cost more than the
     // purgatory's whole completion path.
@@ -296,6 +311,8 @@ pub struct Report {
     pub caller_advances_per_s: f64,
     /// Achieved within 2% of target, exactly once, expired count right.
     pub sustained: bool,
+    /// The harness alone with the same flags, run right after (`--baseline`).
+    pub baseline: Option<Box<Report>>,
     /// Issued requests per 100 ms window (for the plot).
     rate_series: Vec<f64>,
     /// Completion delays in ms (for the plot).
@@ -311,7 +328,7 @@ pub fn run(args: &Args) -> ExitCode {
     if args.find_max_rate {
         return find_max_rate(args);
     }
-    let report = run_once(args);
+    let report = run_with_baseline(args);
     if args.json {
         println!("{}", to_json(args, &report));
     } else {
@@ -327,16 +344,37 @@ pub fn run(args: &Args) -> ExitCode {
     // Exit status: correctness (exactly once; every request's outcome consistent with when the
     // completer acted), which a slow or loaded machine cannot fake. Whether the rate was
     // sustained (the expired count within a tick of the ideal) is reported in the table.
-    if report.exactly_once && report.wrong_outcome == 0 {
+    let correct = |r: &Report| r.exactly_once && r.wrong_outcome == 0;
+    if correct(&report) && report.baseline.as_deref().is_none_or(correct) {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     }
 }
 
+/// Runs W4 once, then (`--baseline`) the harness alone with the same flags.
+fn run_with_baseline(args: &Args) -> Report {
+    let mut report = run_once(args);
+    if args.baseline && !args.harness_only {
+        if args.progress > 0.0 {
+            eprintln!("baseline: the harness alone (--harness-only), same flags");
+        }
+        let alone = Args {
+            harness_only: true,
+            progress: 0.0,
+            ..args.clone()
+        };
+        report.baseline = Some(Box::new(run_once(&alone)));
+    }
+    report
+}
+
 fn validate(a: &Args) -> Result<(), String> {
     if a.num == 0 || a.rate <= 0.0 || !a.rate.is_finite() {
         return Err("--num and --rate must be positive".into());
+    }
+    if a.num > EXPIRES as usize {
+        return Err(format!("--num must be at most {EXPIRES}"));
     }
     if a.pct50.is_nan() || a.pct75.is_nan() || a.pct50 <= 0.0 || a.pct75 < a.pct50 {
         return Err("need 0 < --pct50 <= --pct75".into());
@@ -367,6 +405,10 @@ fn normal(rng: &mut SplitMix64) -> f64 {
 /// A request the completer waits to complete: its id and (kafka model) its handle.
 type Pending = (u32, Option<OperationHandle<FakeOp>>);
 
+/// In `--harness-only` runs, set in a request id the completer gets when the request is to be
+/// logged as an expiry (its latency reached the timeout). Request ids stay below it.
+const EXPIRES: u32 = 1 << 31;
+
 /// Completer bookkeeping: queue a batch's requests by due time.
 fn take(mut batch: Batch, queue: &mut CompletionQueue<Pending>, back: &Sender<Batch>) {
     for (due, id, h) in batch.drain(..) {
@@ -384,6 +426,13 @@ fn refill(back: &Receiver<Batch>) -> Batch {
 
 /// What the generator sends the completer: due time, id, handle.
 type Batch = Vec<(u64, u32, Option<OperationHandle<FakeOp>>)>;
+
+/// What the progress display shows of the requests issued so far (see [`Sampler::poll`]).
+struct Counts {
+    pending: usize,
+    completed: u64,
+    expired: u64,
+}
 
 /// The progress display and the samples taken during a run (peak pending, issue rate per
 /// 100 ms), polled by whichever thread is awake: at most once per 10 ms of the run.
@@ -412,13 +461,15 @@ impl Sampler {
         }
     }
 
-    /// At `now_ns` into the run, with `issued` requests issued so far.
-    fn poll(&mut self, now_ns: u64, issued: usize, purgatory: &Purgatory<u32, FakeOp>) {
+    /// At `now_ns` into the run, with `issued` requests issued so far; `counts(issued, totals)`
+    /// gives the pending requests, and the completed and expired ones if `totals` (read only
+    /// when a sample is due, the totals only when a line is printed).
+    fn poll(&mut self, now_ns: u64, issued: usize, counts: impl Fn(usize, bool) -> Counts) {
         if now_ns < self.next_sample_ns {
             return;
         }
         self.next_sample_ns = now_ns - now_ns % 10_000_000 + 10_000_000;
-        self.peak = self.peak.max(purgatory.delayed());
+        self.peak = self.peak.max(counts(issued, false).pending);
         // The issue rate of each whole 100 ms window passed (spread evenly over the windows
         // that passed since the last sample, if more than one did).
         let windows = (now_ns / 100_000_000).saturating_sub(self.series.len() as u64);
@@ -431,13 +482,13 @@ impl Sampler {
         let t = now_ns as f64 / 1e9;
         if self.every_s > 0.0 && t >= self.next_print_s {
             self.next_print_s += self.every_s;
-            let st = purgatory.stats();
+            let c = counts(issued, true);
             let line = format!(
                 "[{t:6.1}s] issued {issued:>9}  rate {:>9.0}/s  pending {:>7}  completed {:>9}  expired {:>7}",
                 issued as f64 / t,
-                purgatory.delayed(),
-                st.completed,
-                st.expired,
+                c.pending,
+                c.completed,
+                c.expired,
             );
             self.printed = true;
             if self.tty {
@@ -547,6 +598,8 @@ pub fn run_once(args: &Args) -> Report {
         completer_due_ns: AtomicU64::new(u64::MAX),
         generating: AtomicBool::new(true),
         ready_hint: args.uses_ready_hints(),
+        harness_only: args.harness_only,
+        harness_done: AtomicU64::new(0),
     }));
 
     // The completer: completes each request at its intended time.
@@ -570,12 +623,27 @@ pub fn run_once(args: &Args) -> Report {
                 let mut queue: CompletionQueue<Pending> = CompletionQueue::new(span_ms);
                 let mut due: Vec<(u64, Pending)> = Vec::new();
                 let mut acted: Vec<u32> = Vec::new();
+                let harness_only = shared.harness_only;
                 done_log::install(run, completer_log);
                 let mut open = true;
                 loop {
                     let now = start.elapsed().as_nanos() as u64;
                     queue.pop_due(now, &mut due);
+                    let mut logged = 0;
                     for (due_ns, (id, handle)) in due.drain(..) {
+                        if harness_only {
+                            // No purgatory: log what on_complete (or the expiry) would have.
+                            let expired = id & EXPIRES != 0;
+                            let id = id & !EXPIRES;
+                            let at_ns = start.elapsed().as_nanos() as u64;
+                            done_log::push(run, Done { at_ns, id, expired });
+                            logged += 1;
+                            if !expired {
+                                lags.push(now - due_ns);
+                                acted.push(id);
+                            }
+                            continue;
+                        }
                         lags.push(now - due_ns);
                         acted.push(id);
                         match model {
@@ -592,6 +660,9 @@ pub fn run_once(args: &Args) -> Report {
                                 }
                             }
                         }
+                    }
+                    if logged > 0 {
+                        shared.harness_done.fetch_add(logged, Release);
                     }
                     if !acted.is_empty() {
                         let end = start.elapsed().as_nanos() as u64;
@@ -637,6 +708,30 @@ pub fn run_once(args: &Args) -> Report {
     // between bursts (and by this thread while it waits at the end): a sampler thread of its
     // own cost a wake-up every 10 ms, counted against the purgatory.
     let mut sampler = Sampler::new(args.progress);
+    let counts = |issued: usize, totals: bool| -> Counts {
+        if args.harness_only {
+            // Expiries are logged by the completer too, counted with the rest.
+            let done = shared.harness_done.load(Acquire);
+            Counts {
+                pending: issued.saturating_sub(done as usize),
+                completed: done,
+                expired: 0,
+            }
+        } else if totals {
+            let st = purgatory.stats();
+            Counts {
+                pending: st.delayed as usize,
+                completed: st.completed,
+                expired: st.expired,
+            }
+        } else {
+            Counts {
+                pending: purgatory.delayed(),
+                completed: 0,
+                expired: 0,
+            }
+        }
+    };
 
     // The generator (this thread): sleeps until the next arrival when it is more than 1 ms
     // away, otherwise issues every request already due, in a burst.
@@ -661,26 +756,35 @@ pub fn run_once(args: &Args) -> Report {
             nudge(issue_ns);
             std::thread::sleep(Duration::from_nanos(arrival_ns - issue_ns));
             issue_ns = start.elapsed().as_nanos() as u64;
-            sampler.poll(issue_ns, i, &purgatory);
+            sampler.poll(issue_ns, i, counts);
         } else if i % 1024 == 0 {
             // Not sleeping (a rate above what it can issue): sample and wake the completer anyway.
-            sampler.poll(issue_ns, i, &purgatory);
+            sampler.poll(issue_ns, i, counts);
             nudge(issue_ns);
         }
         arrivals.push(issue_ns);
-        let op = FakeOp {
-            id: i as u32,
-            s: shared,
-        };
-        let w = purgatory
-            .try_complete_else_watch(op, timeout, keys_of(i))
-            .unwrap_or_else(|e| panic!("purgatory refused request {i}: {e}"));
-        if latency_ns[i] < timeout_ns && !w.completed {
-            let h = (args.model == Model::Kafka).then_some(w.handle);
-            batch.push((issue_ns + latency_ns[i], i as u32, h));
-            if batch.len() >= 256 {
-                let _ = tx.send(std::mem::replace(&mut batch, refill(&back_rx)));
+        if args.harness_only {
+            // The completer logs it at its latency, or at its timeout as an expiry.
+            batch.push(if latency_ns[i] < timeout_ns {
+                (issue_ns + latency_ns[i], i as u32, None)
+            } else {
+                (issue_ns + timeout_ns, i as u32 | EXPIRES, None)
+            });
+        } else {
+            let op = FakeOp {
+                id: i as u32,
+                s: shared,
+            };
+            let w = purgatory
+                .try_complete_else_watch(op, timeout, keys_of(i))
+                .unwrap_or_else(|e| panic!("purgatory refused request {i}: {e}"));
+            if latency_ns[i] < timeout_ns && !w.completed {
+                let h = (args.model == Model::Kafka).then_some(w.handle);
+                batch.push((issue_ns + latency_ns[i], i as u32, h));
             }
+        }
+        if batch.len() >= 256 {
+            let _ = tx.send(std::mem::replace(&mut batch, refill(&back_rx)));
         }
     }
     if !batch.is_empty() {
@@ -693,9 +797,9 @@ pub fn run_once(args: &Args) -> Report {
     completer_thread.unpark();
     // Wait (generously) until every request has completed one way or the other.
     let deadline = Instant::now() + timeout + Duration::from_secs(30);
-    while purgatory.stats().completed < n as u64 && Instant::now() < deadline {
+    while counts(n, true).completed < n as u64 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(1));
-        sampler.poll(start.elapsed().as_nanos() as u64, n, &purgatory);
+        sampler.poll(start.elapsed().as_nanos() as u64, n, counts);
     }
     let (lags, attempts, completer_use) = completer.join().expect("completer");
     sampler.finish();
@@ -819,6 +923,7 @@ pub fn run_once(args: &Args) -> Report {
             .saturating_sub(timer0.caller_advances) as f64
             / secs,
         sustained: false,
+        baseline: None,
         rate_series,
         delays,
     };
@@ -853,10 +958,14 @@ fn header(args: &Args) -> String {
         args.model, args.num, args.rate, args.pct50, args.pct75, args.timeout, args.keys,
         args.key_space, args.tick_ms, args.wheel_size, args.purge_interval, args.executors,
         args.reaper_grace_ms, args.completer_wake,
-        match (args.model, args.ready_hint) {
-            (Model::Watch, true) => ", ready test",
-            (Model::Watch, false) => ", no ready hints (every check locks every watcher)",
-            (Model::Kafka, _) => "",
+        if args.harness_only {
+            ", harness only (no purgatory)"
+        } else {
+            match (args.model, args.ready_hint) {
+                (Model::Watch, true) => ", ready test",
+                (Model::Watch, false) => ", no ready hints (every check locks every watcher)",
+                (Model::Kafka, _) => "",
+            }
         }
     )
     .to_lowercase()
@@ -867,7 +976,7 @@ fn print_table(args: &Args, r: &Report) {
     println!("{}", header(args));
     println!("machine: {}", machine_line());
     let yes = |b: bool| if b { "yes" } else { "NO" };
-    let rows: Vec<(&str, String)> = vec![
+    let mut rows: Vec<(&str, String)> = vec![
         ("target rate (req/s)", format!("{:.0}", r.target_rate)),
         ("achieved rate (req/s)", format!("{:.0}", r.achieved_rate)),
         (
@@ -899,6 +1008,33 @@ fn print_table(args: &Args, r: &Report) {
                 .collect::<Vec<_>>()
                 .join(", "),
         ),
+    ];
+    if let Some(b) = &r.baseline {
+        rows.push((
+            "harness alone, same flags: CPU s/M",
+            format!(
+                "{:.2} ({}; {:.0} sleeps/s; {})",
+                b.cpu_s_per_million,
+                b.threads
+                    .iter()
+                    .filter(|t| t.name != "timer")
+                    .map(|t| format!("{} {:.2}", t.name, t.cpu_s_per_million))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                b.sleeps_per_s,
+                if b.sustained {
+                    "sustained, checks pass"
+                } else {
+                    "NOT sustained"
+                }
+            ),
+        ));
+        rows.push((
+            "  the purgatory's share (run minus harness)",
+            format!("{:.2}", r.cpu_s_per_million - b.cpu_s_per_million),
+        ));
+    }
+    rows.extend([
         ("peak RSS (MB)", format!("{:.1}", r.peak_rss as f64 / 1e6)),
         ("peak pending requests", r.peak_pending.to_string()),
         (
@@ -950,7 +1086,7 @@ fn print_table(args: &Args, r: &Report) {
                 r.caller_advances_per_s, r.reaper_wakeups_per_s
             ),
         ),
-    ];
+    ]);
     for (k, v) in rows {
         println!("  {k:<52} {v}");
     }
@@ -1038,6 +1174,18 @@ fn to_json(args: &Args, r: &Report) -> String {
         "reaper_wakeups_per_s",
         format!("{:.1}", r.reaper_wakeups_per_s),
     );
+    field("harness_only", args.harness_only.to_string());
+    if let Some(b) = &r.baseline {
+        let alone = Args {
+            harness_only: true,
+            ..args.clone()
+        };
+        field("baseline", to_json(&alone, b));
+        field(
+            "purgatory_cpu_s_per_million",
+            format!("{:.3}", r.cpu_s_per_million - b.cpu_s_per_million),
+        );
+    }
     s.push('}');
     s
 }
@@ -1251,7 +1399,55 @@ mod tests {
             completer_wake: CompleterWake::Generator,
             reaper_grace_ms: 2.0,
             ready_hint: true,
+            harness_only: false,
+            baseline: false,
         }
+    }
+
+    /// The harness alone logs every request exactly once, each at the outcome its latency
+    /// decides (an expiry exactly when the latency reached the timeout, never before the
+    /// deadline), with the same sleeps as a real run and no purgatory work; `--baseline` runs it
+    /// after a real run and reports the difference.
+    #[test]
+    fn the_harness_alone_logs_each_request_once_and_is_the_baseline() {
+        let a = Args {
+            harness_only: true,
+            ..small(Model::Kafka)
+        };
+        let r = run_once(&a);
+        assert!(r.exactly_once, "{} not exactly once", r.not_exactly_once);
+        assert_eq!(r.wrong_outcome, 0);
+        assert_eq!(r.expired, r.expected_expired, "no timer: no boundary slack");
+        assert_eq!(r.completed_early + r.expired, a.num);
+        assert_eq!(
+            (r.purges, r.caller_advances_per_s),
+            (0, 0.0),
+            "no purgatory"
+        );
+        assert!(
+            r.peak_pending > 0,
+            "pending is sampled from the completer's count"
+        );
+        for t in &r.threads[..2] {
+            assert!(t.cpu_s_per_million > 0.0 && t.sleeps_per_s > 0.0, "{t:?}");
+        }
+        assert!(header(&a).contains("harness only"));
+
+        let b = Args {
+            baseline: true,
+            ..small(Model::Watch)
+        };
+        let r = run_with_baseline(&b);
+        let alone = r.baseline.as_deref().expect("a baseline run");
+        assert!(alone.exactly_once && alone.expired == alone.expected_expired);
+        assert!(alone.baseline.is_none());
+        let json = to_json(&b, &r);
+        assert!(
+            json.contains("\"baseline\":{\"workload\":\"W4\"")
+                && json.contains("\"harness_only\":true")
+                && json.contains("\"purgatory_cpu_s_per_million\":"),
+            "{json}"
+        );
     }
 
     /// A small run of each model completes every request exactly once, expires about the
