@@ -412,10 +412,11 @@ where
         }
         inner.accepted.fetch_add(1, Ordering::Relaxed);
         let arg = inner.ready_test.as_ref().and_then(|_| op.ready_arg());
-        let cell = Arc::new(OpCell::new(op, Arc::clone(&inner.common)));
+        // The handle owns the new cell's first reference (no second one for this call).
         let handle = OperationHandle {
-            cell: Arc::clone(&cell),
+            cell: Arc::new(OpCell::new(op, Arc::clone(&inner.common))),
         };
+        let cell = &handle.cell;
         let mut st = cell.lock();
         if cell.try_complete_locked(&mut st) {
             drop(st);
@@ -427,7 +428,7 @@ where
         for key in keys {
             if !inner
                 .watchers
-                .watch(key.clone(), &cell, arg.unwrap_or(NO_ARG))
+                .watch(key.clone(), cell, arg.unwrap_or(NO_ARG))
             {
                 // Closed under us: hand the operation back; cells already appended are empty
                 // shells the shutdown's drain skips.
@@ -447,7 +448,7 @@ where
         }
         // Still pending: arm the timer in the same lock hold. The expiry task takes this lock,
         // so it cannot run before the handle is stored.
-        match inner.common.timer.add_keyed(timeout, expiry_task(&cell)) {
+        match inner.common.timer.add_keyed(timeout, expiry_task(cell)) {
             Ok(key) => {
                 st.timer = Some(key);
                 inner.common.delayed_add(1);
