@@ -7,6 +7,9 @@
 #   $BASE, if set          another build of the load generator (e.g. an earlier commit's)
 #   $NOHINT=1              also this build's `watch` model with --ready-hint false (every check
 #                          locks every watcher, as Kafka's checkAndComplete), labelled "nohint"
+#   $HARNESS=1             this build's runs also run the harness alone after each run
+#                          (`--baseline`): the summary then shows the harness's floor and the
+#                          purgatory's share (the run minus the harness)
 #   $KAFKA_CMD, if set     a command running Kafka's own DelayedOperationPurgatory and SystemTimer
 #                          under the same workload, taking the same --model --num --rate --pct50
 #                          --pct75 --timeout flags and printing one JSON line with
@@ -32,7 +35,7 @@ for model in kafka watch; do
       cell="model=$model point=$3 rate=$rate"
       flags=(--model "$model" --pct50 "$1" --pct75 "$2" --rate "$rate" --num "$NUM")
       for i in $(seq "$RUNS"); do
-        echo "rust $cell run=$i $($B "${flags[@]}" --progress 0 --json)"
+        echo "rust $cell run=$i $($B "${flags[@]}" ${HARNESS:+--baseline} --progress 0 --json)"
         if [ "$model" = watch ] && [ -n "${NOHINT:-}" ]; then
           echo "nohint $cell run=$i $($B "${flags[@]}" --ready-hint false --progress 0 --json)"
         fi
