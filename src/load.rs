@@ -197,8 +197,6 @@ struct Shared {
     /// Requests give their id to the purgatory's ready test, which reads their flag
     /// ([`Args::ready_hint`], `watch` model only).
     ready_hint: bool,
-    /// `--harness-only`: no purgatory; the completer logs every request itself.
-    harness_only: bool,
     /// Requests the completer has logged, `--harness-only` runs only (added once per wake-up;
     /// the run waits on it and the progress display reads it).
     harness_done: AtomicU64,
@@ -319,6 +317,15 @@ pub struct Report {
     delays: Vec<f64>,
 }
 
+impl Report {
+    /// CPU s per million requests of the run minus the harness alone (`--baseline`): the
+    /// purgatory's own share.
+    pub fn purgatory_share(&self) -> Option<f64> {
+        let b = self.baseline.as_deref()?;
+        Some(self.cpu_s_per_million - b.cpu_s_per_million)
+    }
+}
+
 /// Runs the load generator; returns the process exit code.
 pub fn run(args: &Args) -> ExitCode {
     if let Err(e) = validate(args) {
@@ -359,14 +366,18 @@ fn run_with_baseline(args: &Args) -> Report {
         if args.progress > 0.0 {
             eprintln!("baseline: the harness alone (--harness-only), same flags");
         }
-        let alone = Args {
-            harness_only: true,
-            progress: 0.0,
-            ..args.clone()
-        };
-        report.baseline = Some(Box::new(run_once(&alone)));
+        report.baseline = Some(Box::new(run_once(&harness_alone(args))));
     }
     report
+}
+
+/// The flags of the harness-alone run that `--baseline` adds after a run with `args`.
+fn harness_alone(args: &Args) -> Args {
+    Args {
+        harness_only: true,
+        progress: 0.0,
+        ..args.clone()
+    }
 }
 
 fn validate(a: &Args) -> Result<(), String> {
@@ -598,7 +609,6 @@ pub fn run_once(args: &Args) -> Report {
         completer_due_ns: AtomicU64::new(u64::MAX),
         generating: AtomicBool::new(true),
         ready_hint: args.uses_ready_hints(),
-        harness_only: args.harness_only,
         harness_done: AtomicU64::new(0),
     }));
 
@@ -610,6 +620,7 @@ pub fn run_once(args: &Args) -> Report {
     let completer = {
         let purgatory = Arc::clone(&purgatory);
         let model = args.model;
+        let harness_only = args.harness_only;
         let keys_all = Arc::clone(&keys);
         let k = args.keys;
         let tick_ns = args.completer_tick_us * 1_000;
@@ -623,7 +634,6 @@ pub fn run_once(args: &Args) -> Report {
                 let mut queue: CompletionQueue<Pending> = CompletionQueue::new(span_ms);
                 let mut due: Vec<(u64, Pending)> = Vec::new();
                 let mut acted: Vec<u32> = Vec::new();
-                let harness_only = shared.harness_only;
                 done_log::install(run, completer_log);
                 let mut open = true;
                 loop {
@@ -717,18 +727,18 @@ pub fn run_once(args: &Args) -> Report {
                 completed: done,
                 expired: 0,
             }
-        } else if totals {
-            let st = purgatory.stats();
-            Counts {
-                pending: st.delayed as usize,
-                completed: st.completed,
-                expired: st.expired,
-            }
         } else {
+            // `stats()` walks every map shard (for `watched`): only when a line is printed.
+            let (completed, expired) = if totals {
+                let st = purgatory.stats();
+                (st.completed, st.expired)
+            } else {
+                (0, 0)
+            };
             Counts {
                 pending: purgatory.delayed(),
-                completed: 0,
-                expired: 0,
+                completed,
+                expired,
             }
         }
     };
@@ -1009,7 +1019,7 @@ fn print_table(args: &Args, r: &Report) {
                 .join(", "),
         ),
     ];
-    if let Some(b) = &r.baseline {
+    if let (Some(b), Some(share)) = (&r.baseline, r.purgatory_share()) {
         rows.push((
             "harness alone, same flags: CPU s/M",
             format!(
@@ -1031,7 +1041,7 @@ fn print_table(args: &Args, r: &Report) {
         ));
         rows.push((
             "  the purgatory's share (run minus harness)",
-            format!("{:.2}", r.cpu_s_per_million - b.cpu_s_per_million),
+            format!("{share:.2}"),
         ));
     }
     rows.extend([
@@ -1175,16 +1185,9 @@ fn to_json(args: &Args, r: &Report) -> String {
         format!("{:.1}", r.reaper_wakeups_per_s),
     );
     field("harness_only", args.harness_only.to_string());
-    if let Some(b) = &r.baseline {
-        let alone = Args {
-            harness_only: true,
-            ..args.clone()
-        };
-        field("baseline", to_json(&alone, b));
-        field(
-            "purgatory_cpu_s_per_million",
-            format!("{:.3}", r.cpu_s_per_million - b.cpu_s_per_million),
-        );
+    if let (Some(b), Some(share)) = (&r.baseline, r.purgatory_share()) {
+        field("baseline", to_json(&harness_alone(args), b));
+        field("purgatory_cpu_s_per_million", format!("{share:.3}"));
     }
     s.push('}');
     s
