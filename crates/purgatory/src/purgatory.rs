@@ -13,6 +13,10 @@ use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::Arc;
 use crate::watchers::{Entry, WatchMap, NO_ARG};
 
+/// A check sweeps its key once the completed entries it saw are at least `1 / SWEEP_FRACTION` of
+/// the list (see [`Purgatory::check_and_complete`]).
+const SWEEP_FRACTION: usize = 16;
+
 /// Kafka's default purge interval (`*.purgatory.purge.interval.requests`).
 pub const DEFAULT_PURGE_INTERVAL: usize = 1000;
 /// Kafka's shard count (KAFKA-6431).
@@ -520,9 +524,13 @@ where
         }
         let len = list.len();
         drop(list);
-        // Sweep once completed entries are at least half the list (always when all are: the
-        // key is then dropped), so scans stay proportional to the pending operations.
-        if done > 0 && done * 2 >= len {
+        // Sweep once the completed entries this scan saw are a sixteenth of the list (always
+        // when all are: the key is then dropped), so scans stay within about a sixteenth of the
+        // pending operations. A sweep visits every entry once, so it costs at most 16 visits per
+        // entry it removes; a scan visits every entry, garbage included, on every check (W4
+        // `watch` model, low-timeout point, 50,000/s: a sixth less completer CPU than sweeping
+        // at half the list).
+        if done > 0 && done * SWEEP_FRACTION >= len {
             inner.watchers.sweep_key(key);
         }
         if completed > 0 {

@@ -211,37 +211,39 @@ fn expires_after_the_timeout_on_the_manual_clock() {
 }
 
 /// `watched()` counts entries per key until swept; `delayed()` drops as soon as an operation
-/// completes on any of its keys.
+/// completes on any of its keys. A check sweeps its key once the completed entries it saw are a
+/// sixteenth of the list: 2 of 32.
 #[test]
 fn watched_and_delayed_as_operations_complete_on_some_keys() {
     let clock = ManualClock::new(0);
     let p = manual(&clock);
-    let probes: Vec<Probe> = (0..4).map(|_| Probe::default()).collect();
+    let probes: Vec<Probe> = (0..32).map(|_| Probe::default()).collect();
     for probe in &probes {
         p.try_complete_else_watch(probe.op(), LONG, &["a", "b"])
             .unwrap();
     }
-    assert_eq!((p.watched(), p.delayed()), (8, 4));
+    assert_eq!((p.watched(), p.delayed()), (64, 32));
     probes[0].set_ready();
     assert_eq!(p.check_and_complete(&"a"), 1);
-    // One of four completed on "a": below the sweep threshold, its cell stays on both keys.
-    assert_eq!((p.watched(), p.delayed()), (8, 3));
+    // One of 32 completed on "a": below the sweep threshold, its cell stays on both keys.
+    assert_eq!((p.watched(), p.delayed()), (64, 31));
     probes[1].set_ready();
     assert_eq!(p.check_and_complete(&"b"), 1);
-    // Two of four on "b" are done: "b" is swept.
-    assert_eq!((p.watched(), p.delayed()), (6, 2));
-    probes[2].set_ready();
-    probes[3].set_ready();
-    assert_eq!(p.check_and_complete(&"a"), 2);
+    // Two of 32 on "b" are done: "b" is swept.
+    assert_eq!((p.watched(), p.delayed()), (62, 30));
+    for probe in &probes[2..] {
+        probe.set_ready();
+    }
+    assert_eq!(p.check_and_complete(&"a"), 30);
     assert_eq!(p.delayed(), 0);
     assert_eq!(
         p.watched(),
-        2,
-        "'b' still lists two empty cells until it is checked or purged"
+        30,
+        "'b' still lists 30 empty cells until it is checked or purged"
     );
-    assert_eq!(p.purge(), 2);
+    assert_eq!(p.purge(), 30);
     assert_eq!((p.watched(), p.stats().keys), (0, 0));
-    assert_eq!(probes.iter().map(Probe::completions).sum::<usize>(), 4);
+    assert_eq!(probes.iter().map(Probe::completions).sum::<usize>(), 32);
 }
 
 /// `cancel_for_key` on an unknown key returns nothing; on a watched key it returns the pending
