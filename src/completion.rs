@@ -47,6 +47,8 @@ pub struct CompletionQueue<T> {
     cursor_ms: u64,
     far: BinaryHeap<Far<T>>,
     len: usize,
+    /// An empty vector traded with the current bucket when it is partly due (see `pop_due`).
+    scratch: Vec<(u64, T)>,
 }
 
 impl<T> std::fmt::Debug for CompletionQueue<T> {
@@ -70,6 +72,7 @@ impl<T> CompletionQueue<T> {
             cursor_ms: 0,
             far: BinaryHeap::new(),
             len: 0,
+            scratch: Vec::new(),
         }
     }
 
@@ -113,9 +116,13 @@ impl<T> CompletionQueue<T> {
         // Skip ahead over a gap (nothing was waiting).
         self.cursor_ms = self.cursor_ms.max(now_ms);
         self.pull_far();
+        // The current millisecond's bucket, partly due (at almost every wake-up): its items are
+        // moved to `scratch`, whose empty vector (with its capacity) takes the bucket's place
+        // for the ones not yet due, so no vector is freed or regrown.
         let bucket = &mut self.ring[(now_ms & self.mask) as usize];
         if bucket.iter().any(|&(due, _)| due <= now_ns) {
-            for (due, item) in std::mem::take(bucket) {
+            std::mem::swap(bucket, &mut self.scratch);
+            for (due, item) in self.scratch.drain(..) {
                 if due <= now_ns {
                     out.push((due, item));
                     self.len -= 1;
