@@ -641,21 +641,20 @@ pub fn run_once(args: &Args) -> Report {
                     queue.pop_due(now, &mut due);
                     let mut logged = 0;
                     for (due_ns, (id, handle)) in due.drain(..) {
+                        // Only `--harness-only` runs send expiries (flagged) to the completer.
+                        let expired = id & EXPIRES != 0;
+                        let id = id & !EXPIRES;
+                        if !expired {
+                            lags.push(now - due_ns);
+                            acted.push(id);
+                        }
                         if harness_only {
                             // No purgatory: log what on_complete (or the expiry) would have.
-                            let expired = id & EXPIRES != 0;
-                            let id = id & !EXPIRES;
                             let at_ns = start.elapsed().as_nanos() as u64;
                             done_log::push(run, Done { at_ns, id, expired });
                             logged += 1;
-                            if !expired {
-                                lags.push(now - due_ns);
-                                acted.push(id);
-                            }
                             continue;
                         }
-                        lags.push(now - due_ns);
-                        acted.push(id);
                         match model {
                             Model::Kafka => {
                                 if let Some(h) = handle {
