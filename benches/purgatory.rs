@@ -9,6 +9,12 @@
 //! to call `try_complete`, or the hint read without it), and with the purgatory's ready test
 //! (`Builder::ready_test`: the operation's argument read from the watch list, the operation
 //! itself not at all). Every watcher is in cache here: the best case for all three.
+//!
+//! `concurrent-adders`: the life of an operation as Kafka's own benchmark drives it (watched on 3
+//! keys, armed, force-completed, later purged by the reaper), on 1 and on 2 threads at once,
+//! each thread on keys of its own: time per operation per thread. With no shared state between
+//! the threads' operations but the purgatory's own, 2 threads should take about as long per
+//! operation as 1; what they share shows up as the difference.
 #![allow(missing_docs, clippy::disallowed_methods, clippy::disallowed_types)]
 
 use std::hint::black_box;
@@ -247,12 +253,66 @@ fn hand_rolled(c: &mut Criterion) {
     g.finish();
 }
 
+/// Never ready: completed by force, as in Kafka's TestPurgatoryPerformance.
+struct Forced;
+
+impl DelayedOperation for Forced {
+    fn try_complete(&mut self) -> bool {
+        false
+    }
+    fn on_complete(&mut self) {}
+}
+
+fn concurrent_adders(c: &mut Criterion) {
+    const BATCH: u64 = 1_000;
+    let mut g = c.benchmark_group("concurrent-adders");
+    g.throughput(Throughput::Elements(1));
+    for threads in [1usize, 2] {
+        g.bench_with_input(
+            BenchmarkId::new("purgatory", threads),
+            &threads,
+            |b, &threads| {
+                let p: Arc<Purgatory<u32, Forced>> =
+                    Arc::new(Purgatory::builder().name("bench").build());
+                // Each sample: every thread adds `iters` operations (rounded up to whole batches),
+                // force-completing each batch of 1,000 once it is added. Wall time of the slowest.
+                b.iter_custom(|iters| {
+                    let batches = iters.div_ceil(BATCH);
+                    let start = std::time::Instant::now();
+                    std::thread::scope(|s| {
+                        for t in 0..threads {
+                            let p = &p;
+                            s.spawn(move || {
+                                let ks: Vec<u32> = (0..3).map(|k| (t * 3 + k) as u32).collect();
+                                let mut handles = Vec::with_capacity(BATCH as usize);
+                                for _ in 0..batches {
+                                    for _ in 0..BATCH {
+                                        let w = p.try_complete_else_watch(Forced, TIMEOUT, &ks);
+                                        handles.push(w.unwrap().handle);
+                                    }
+                                    for h in handles.drain(..) {
+                                        assert!(h.force_complete());
+                                    }
+                                }
+                            });
+                        }
+                    });
+                    start
+                        .elapsed()
+                        .mul_f64(iters as f64 / (batches * BATCH) as f64)
+                });
+            },
+        );
+    }
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .sample_size(20)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    targets = ours, hand_rolled, check_not_ready
+    targets = ours, hand_rolled, check_not_ready, concurrent_adders
 }
 criterion_main!(benches);

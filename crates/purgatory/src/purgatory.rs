@@ -8,7 +8,7 @@ use std::time::Duration;
 use system_timer::{Clock, ScheduleError, SystemTimer, Task};
 
 use crate::error::WatchError;
-use crate::operation::{Common, DelayedOperation, OpCell, OperationHandle};
+use crate::operation::{Common, CommonRefs, DelayedOperation, OpCell, OperationHandle};
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::Arc;
 use crate::watchers::{Entry, WatchMap, NO_ARG};
@@ -74,9 +74,11 @@ struct Inner<K, Op> {
     own_timer: bool,
     /// The timer (`common.timer`) and the counters, shared with every operation.
     common: Arc<Common>,
+    /// What each new cell holds to reach `common` (one reference count per stripe).
+    refs: CommonRefs,
     purge_scheduled: Arc<AtomicBool>,
     purges: Arc<AtomicU64>,
-    accepted: AtomicU64,
+    /// Rare (shutdown, refused watches): not striped, unlike `accepted` (in `common`).
     handed_back: AtomicU64,
     closed: AtomicBool,
 }
@@ -333,10 +335,10 @@ where
                 watchers: Arc::new(WatchMap::new(self.shards)),
                 ready_test: self.ready_test,
                 own_timer,
+                refs: CommonRefs::new(&common),
                 common,
                 purge_scheduled: Arc::new(AtomicBool::new(false)),
                 purges: Arc::new(AtomicU64::new(0)),
-                accepted: AtomicU64::new(0),
                 handed_back: AtomicU64::new(0),
                 closed: AtomicBool::new(false),
             }),
@@ -414,11 +416,11 @@ where
         if inner.closed.load(Ordering::Acquire) {
             return Err(WatchError::Shutdown(op));
         }
-        inner.accepted.fetch_add(1, Ordering::Relaxed);
+        inner.common.accepted_add();
         let arg = inner.ready_test.as_ref().and_then(|_| op.ready_arg());
         // The handle owns the new cell's first reference (no second one for this call).
         let handle = OperationHandle {
-            cell: Arc::new(OpCell::new(op, Arc::clone(&inner.common))),
+            cell: Arc::new(OpCell::new(op, inner.refs.mine())),
         };
         let cell = &handle.cell;
         let mut st = cell.lock();
@@ -595,7 +597,7 @@ where
         let inner = &self.inner;
         let c = &inner.common;
         PurgatoryStats {
-            accepted: inner.accepted.load(Ordering::Relaxed),
+            accepted: c.accepted(),
             completed: c.completed() as u64,
             expired: c.expired() as u64,
             handed_back: inner.handed_back.load(Ordering::Relaxed),
