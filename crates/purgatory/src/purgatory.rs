@@ -72,7 +72,8 @@ struct Inner<K, Op> {
     watchers: Arc<WatchMap<K, Op>>,
     ready_test: Option<ReadyTest<K>>,
     own_timer: bool,
-    /// The timer (`common.timer`) and the counters, shared with every operation.
+    /// The timer (`common.timer`) and the counters, shared with every operation (each cell
+    /// reaches it through `refs`).
     common: Arc<Common>,
     /// What each new cell holds to reach `common` (one reference count per stripe).
     refs: CommonRefs,
