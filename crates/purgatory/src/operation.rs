@@ -35,7 +35,7 @@ use std::fmt;
 
 use system_timer::{SystemTimer, TimerKey};
 
-use crate::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use crate::sync::{thread_hint, Arc, Mutex, MutexGuard};
 
 /// An operation that waits in a [`Purgatory`](crate::Purgatory) until it can complete, or until
@@ -200,16 +200,26 @@ const STRIPES: usize = if cfg!(loom) { 1 } else { 8 };
 /// One thread's counters, on its own cache lines.
 #[derive(Debug, Default)]
 #[repr(align(128))]
+///
+/// Each completion writes one of the three `done_*` counts and nothing else (plus `expired` for
+/// an expiry): completing an armed operation disarms it, and it was watched (an operation is
+/// watched before it is armed), so `done_armed` counts at once a completion, a disarm and an
+/// entry left in the watch lists for the purge.
 struct Stripe {
-    /// Armed minus disarmed operations counted on this stripe (may go negative: an operation
-    /// is often armed on one thread and disarmed on another).
-    delayed: AtomicI64,
-    /// Watched operations completed since this stripe last triggered a purge.
-    garbage: AtomicUsize,
+    /// Operations armed in the timer on this stripe's threads.
+    armed: AtomicU64,
+    /// Armed operations completed on this stripe's threads (by any path, expiry included).
+    done_armed: AtomicU64,
+    /// Watched operations completed while not armed (at the second try, or after
+    /// `cancel_for_key` disarmed them).
+    done_watched: AtomicU64,
+    /// Operations completed at the first try, before any watch.
+    done_unwatched: AtomicU64,
+    /// Armed operations disarmed without completing (`cancel_for_key`, hand-backs).
+    disarmed: AtomicU64,
     /// Operations `try_complete_else_watch` accepted on this stripe's threads.
     accepted: AtomicU64,
-    completed: AtomicUsize,
-    expired: AtomicUsize,
+    expired: AtomicU64,
 }
 
 /// What a purgatory's operations share: the timer they are armed in, and counters striped by
@@ -220,10 +230,12 @@ pub(crate) struct Common {
     /// The timer operations are armed in (each cell holds its entry's key).
     pub(crate) timer: Arc<SystemTimer>,
     stripes: [Stripe; STRIPES],
-    /// A stripe moves its garbage count to `garbage` every this many (so the shared line is
-    /// written once per `flush_every` completions, and the total is off by at most
-    /// `STRIPES × flush_every`).
-    flush_every: usize,
+    /// A stripe adds this many to `garbage` each time one of its two watched-completion counts
+    /// (`done_armed`, `done_watched`) reaches a multiple of it (so the shared line is written
+    /// once per `flush_every` completions, and the total lags by less than
+    /// `2 × STRIPES × flush_every`, at most a half of the purge interval). A power of two, so
+    /// that the test is a mask, not a division.
+    flush_every: u64,
     /// Garbage flushed from the stripes since the last purge.
     garbage: AtomicUsize,
     /// The purge interval.
@@ -240,7 +252,7 @@ impl Common {
         Common {
             timer,
             stripes: Default::default(),
-            flush_every: (purge_interval / (4 * STRIPES)).max(1),
+            flush_every: prev_power_of_two((purge_interval / (4 * STRIPES)).max(1)) as u64,
             garbage: AtomicUsize::new(0),
             purge_interval: purge_interval.max(1),
             purge_due: AtomicBool::new(false),
@@ -253,10 +265,38 @@ impl Common {
         &self.stripes[thread_hint() & (STRIPES - 1)]
     }
 
-    /// An operation was armed (`+1`) or disarmed (`-1`).
+    /// An operation was armed.
     #[inline]
-    pub(crate) fn delayed_add(&self, d: i64) {
-        self.mine().delayed.fetch_add(d, Ordering::AcqRel);
+    pub(crate) fn armed_add(&self) {
+        self.mine().armed.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// An armed operation was disarmed without completing.
+    #[inline]
+    fn disarmed_add(&self) {
+        self.mine().disarmed.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// An operation completed: `armed` if it was armed until now (the completion disarmed it),
+    /// `watched` if it is in watch lists (true whenever `armed` is).
+    #[inline]
+    fn completion(&self, armed: bool, watched: bool, how: How) {
+        debug_assert!(watched || !armed, "armed operations are watched");
+        let s = self.mine();
+        let count = if armed {
+            &s.done_armed
+        } else if watched {
+            &s.done_watched
+        } else {
+            &s.done_unwatched
+        };
+        let n = count.fetch_add(1, Ordering::AcqRel) + 1;
+        if how == How::Expired {
+            s.expired.fetch_add(1, Ordering::Relaxed);
+        }
+        if watched && n & (self.flush_every - 1) == 0 {
+            self.garbage_flush();
+        }
     }
 
     /// `try_complete_else_watch` accepted an operation.
@@ -275,15 +315,18 @@ impl Common {
 
     /// Operations armed and not disarmed: exact once the threads changing it are done.
     pub(crate) fn delayed(&self) -> usize {
-        let sum: i64 = self
-            .stripes
-            .iter()
-            .map(|s| s.delayed.load(Ordering::Acquire))
-            .sum();
-        usize::try_from(sum).unwrap_or(0)
+        // Summed per stripe with wrapping: an operation is often armed on one stripe and
+        // disarmed on another, so one stripe's difference may be "negative".
+        let sum = self.stripes.iter().fold(0u64, |acc, s| {
+            let out = s.done_armed.load(Ordering::Acquire) + s.disarmed.load(Ordering::Acquire);
+            acc.wrapping_add(s.armed.load(Ordering::Acquire).wrapping_sub(out))
+        });
+        // A racing reader may see a disarm before its arm: never report "negative".
+        usize::try_from(sum as i64).unwrap_or(0)
     }
 
-    /// A watched operation completed: counts towards the next purge.
+    /// `flush_every` more watched operations completed on a stripe: counts them towards the
+    /// next purge.
     ///
     /// A purge is due once the completed watched operations reach the purge interval (Kafka's
     /// rule), **unless no key was checked since the last purge**: then it also waits until they
@@ -293,13 +336,9 @@ impl Common {
     /// walk at most two entry visits per entry removed (Kafka, with 5,000 operations pending on
     /// the same keys and an interval of 1,000, walks six for each). When keys are checked, each
     /// check walks the empty cells of its list too, so the interval alone decides.
-    #[inline]
-    fn garbage_add(&self) {
-        let s = self.mine();
-        if s.garbage.fetch_add(1, Ordering::Relaxed) + 1 < self.flush_every {
-            return;
-        }
-        let n = s.garbage.swap(0, Ordering::Relaxed);
+    #[cold]
+    fn garbage_flush(&self) {
+        let n = self.flush_every as usize;
         let total = self.garbage.fetch_add(n, Ordering::AcqRel) + n;
         if total >= self.purge_interval
             && (self.checked.load(Ordering::Relaxed) || total >= self.delayed())
@@ -310,7 +349,7 @@ impl Common {
         }
     }
 
-    /// A key is being checked (see [`garbage_add`](Self::garbage_add)). Writes the shared flag
+    /// A key is being checked (see [`garbage_flush`](Self::garbage_flush)). Writes the shared flag
     /// only when it is not set already.
     #[inline]
     pub(crate) fn note_check(&self) {
@@ -325,27 +364,33 @@ impl Common {
         self.purge_due.load(Ordering::Relaxed) && self.purge_due.swap(false, Ordering::AcqRel)
     }
 
-    /// Forgets the garbage counted so far (a purge just ran).
+    /// Forgets the garbage counted so far (a purge just ran). The stripes' counts since their
+    /// last flush (fewer than `flush_every` each) are kept: they count towards the next purge.
     pub(crate) fn reset_garbage(&self) {
-        for s in &self.stripes {
-            s.garbage.store(0, Ordering::Relaxed);
-        }
         self.garbage.store(0, Ordering::Relaxed);
         self.purge_due.store(false, Ordering::Release);
     }
 
     pub(crate) fn completed(&self) -> usize {
-        self.stripes
+        let sum: u64 = self
+            .stripes
             .iter()
-            .map(|s| s.completed.load(Ordering::Relaxed))
-            .sum()
+            .map(|s| {
+                s.done_armed.load(Ordering::Relaxed)
+                    + s.done_watched.load(Ordering::Relaxed)
+                    + s.done_unwatched.load(Ordering::Relaxed)
+            })
+            .sum();
+        sum as usize
     }
 
     pub(crate) fn expired(&self) -> usize {
-        self.stripes
+        let sum: u64 = self
+            .stripes
             .iter()
             .map(|s| s.expired.load(Ordering::Relaxed))
-            .sum()
+            .sum();
+        sum as usize
     }
 }
 
@@ -385,6 +430,11 @@ impl CommonRefs {
     pub(crate) fn mine(&self) -> Arc<CommonRef> {
         Arc::clone(&self.0[thread_hint() & (STRIPES - 1)])
     }
+}
+
+/// The largest power of two not above `n` (n ≥ 1).
+fn prev_power_of_two(n: usize) -> usize {
+    1 << (usize::BITS - 1 - n.leading_zeros())
 }
 
 /// What the op lock guards.
@@ -467,15 +517,8 @@ impl<Op: DelayedOperation> OpCell<Op> {
     pub(crate) fn complete_locked(&self, st: &mut OpState<Op>, how: How) {
         debug_assert!(!self.is_completed(), "completing twice");
         self.completed.store(true, Ordering::Release);
-        self.disarm_locked(st, how == How::Expired);
-        if st.watched {
-            self.common.garbage_add();
-        }
-        let stripe = self.common.mine();
-        stripe.completed.fetch_add(1, Ordering::Relaxed);
-        if how == How::Expired {
-            stripe.expired.fetch_add(1, Ordering::Relaxed);
-        }
+        let armed = self.take_timer_locked(st, how == How::Expired);
+        self.common.completion(armed, st.watched, how);
         let mut op = st.op.take().expect("a pending operation holds its op");
         op.on_complete();
         if how == How::Expired {
@@ -484,15 +527,28 @@ impl<Op: DelayedOperation> OpCell<Op> {
         // `op` (the payload) is dropped here: completion releases it at once.
     }
 
-    /// Under the op lock: if the operation is armed, takes its timer key out and counts it as no
-    /// longer delayed, cancelling the timer entry unless it has `fired` (an expiry is running).
+    /// Under the op lock, without completing the operation: if it is armed, takes its timer key
+    /// out and counts it as no longer delayed, cancelling the timer entry unless it has `fired`
+    /// (an expiry is running).
     #[inline]
     pub(crate) fn disarm_locked(&self, st: &mut OpState<Op>, fired: bool) {
-        if let Some(key) = st.timer.take() {
-            if !fired {
-                self.common.timer.cancel(key);
+        if self.take_timer_locked(st, fired) {
+            self.common.disarmed_add();
+        }
+    }
+
+    /// Under the op lock: takes the timer key out, cancelling the entry unless it has `fired`;
+    /// true if the operation was armed. Counts nothing (the caller does).
+    #[inline]
+    fn take_timer_locked(&self, st: &mut OpState<Op>, fired: bool) -> bool {
+        match st.timer.take() {
+            Some(key) => {
+                if !fired {
+                    self.common.timer.cancel(key);
+                }
+                true
             }
-            self.common.delayed_add(-1);
+            None => false,
         }
     }
 
@@ -600,6 +656,12 @@ mod tests {
             false
         }
         fn on_complete(&mut self) {}
+    }
+
+    #[test]
+    fn prev_power_of_two_rounds_down() {
+        let got: Vec<usize> = [1, 2, 3, 31, 32, 33, 1000].map(prev_power_of_two).to_vec();
+        assert_eq!(got, [1, 2, 2, 16, 32, 32, 512]);
     }
 
     /// What an empty cell costs until it is swept (the purge interval's documentation quotes

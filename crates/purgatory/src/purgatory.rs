@@ -458,7 +458,7 @@ where
         match inner.common.timer.add_keyed(timeout, expiry_task(cell)) {
             Ok(key) => {
                 st.timer = Some(key);
-                inner.common.delayed_add(1);
+                inner.common.armed_add();
             }
             Err(ScheduleError::Shutdown(_) | ScheduleError::Full(_)) => {
                 // The timer refused: never leave an operation that can no longer expire.
