@@ -198,13 +198,13 @@ pub(crate) enum How {
 const STRIPES: usize = if cfg!(loom) { 1 } else { 8 };
 
 /// One thread's counters, on its own cache lines.
-#[derive(Debug, Default)]
-#[repr(align(128))]
 ///
 /// Each completion writes one of the three `done_*` counts and nothing else (plus `expired` for
 /// an expiry): completing an armed operation disarms it, and it was watched (an operation is
 /// watched before it is armed), so `done_armed` counts at once a completion, a disarm and an
 /// entry left in the watch lists for the purge.
+#[derive(Debug, Default)]
+#[repr(align(128))]
 struct Stripe {
     /// Operations armed in the timer on this stripe's threads.
     armed: AtomicU64,
@@ -365,7 +365,7 @@ impl Common {
     }
 
     /// Forgets the garbage counted so far (a purge just ran). The stripes' counts since their
-    /// last flush (fewer than `flush_every` each) are kept: they count towards the next purge.
+    /// last flush (fewer than `flush_every` per count) are kept: they count towards the next purge.
     pub(crate) fn reset_garbage(&self) {
         self.garbage.store(0, Ordering::Relaxed);
         self.purge_due.store(false, Ordering::Release);
