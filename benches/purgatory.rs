@@ -30,7 +30,7 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use dashmap::DashMap;
 use kafka_timer::rng::SplitMix64;
-use purgatory::{DelayedOperation, Purgatory, ReadyHint};
+use purgatory::{DelayedOperation, OperationHandle, Purgatory, ReadyHint};
 use tokio_util::time::{delay_queue, DelayQueue};
 
 const KEY_SPACE: u64 = 100;
@@ -268,8 +268,33 @@ impl DelayedOperation for Forced {
     fn on_complete(&mut self) {}
 }
 
+/// Operations per round of `concurrent-adders` and `lifecycle`: added, then force-completed.
+const BATCH: u64 = 1_000;
+
+/// A round's first half: `BATCH` operations watched on `ks`, their handles kept.
+fn add_round(p: &Purgatory<u32, Forced>, ks: &[u32], handles: &mut Vec<OperationHandle<Forced>>) {
+    for _ in 0..BATCH {
+        handles.push(
+            p.try_complete_else_watch(Forced, TIMEOUT, ks)
+                .unwrap()
+                .handle,
+        );
+    }
+}
+
+/// A round's second half: each operation completed by force.
+fn complete_round(handles: &mut Vec<OperationHandle<Forced>>) {
+    for h in handles.drain(..) {
+        assert!(h.force_complete());
+    }
+}
+
+/// Time measured over `rounds` whole rounds, scaled to the `iters` operations asked for.
+fn per_iters(spent: Duration, iters: u64, rounds: u64) -> Duration {
+    spent.mul_f64(iters as f64 / (rounds * BATCH) as f64)
+}
+
 fn concurrent_adders(c: &mut Criterion) {
-    const BATCH: u64 = 1_000;
     let mut g = c.benchmark_group("concurrent-adders");
     g.throughput(Throughput::Elements(1));
     for threads in [1usize, 2] {
@@ -291,20 +316,13 @@ fn concurrent_adders(c: &mut Criterion) {
                                 let ks: Vec<u32> = (0..3).map(|k| (t * 3 + k) as u32).collect();
                                 let mut handles = Vec::with_capacity(BATCH as usize);
                                 for _ in 0..batches {
-                                    for _ in 0..BATCH {
-                                        let w = p.try_complete_else_watch(Forced, TIMEOUT, &ks);
-                                        handles.push(w.unwrap().handle);
-                                    }
-                                    for h in handles.drain(..) {
-                                        assert!(h.force_complete());
-                                    }
+                                    add_round(p, &ks, &mut handles);
+                                    complete_round(&mut handles);
                                 }
                             });
                         }
                     });
-                    start
-                        .elapsed()
-                        .mul_f64(iters as f64 / (batches * BATCH) as f64)
+                    per_iters(start.elapsed(), iters, batches)
                 });
             },
         );
@@ -313,7 +331,6 @@ fn concurrent_adders(c: &mut Criterion) {
 }
 
 fn lifecycle(c: &mut Criterion) {
-    const BATCH: u64 = 1_000;
     #[derive(Clone, Copy)]
     enum Phase {
         Add,
@@ -339,14 +356,9 @@ fn lifecycle(c: &mut Criterion) {
                 let mut spent = Duration::ZERO;
                 for _ in 0..rounds {
                     let t0 = std::time::Instant::now();
-                    for _ in 0..BATCH {
-                        let w = p.try_complete_else_watch(Forced, TIMEOUT, &ks).unwrap();
-                        handles.push(w.handle);
-                    }
+                    add_round(&p, &ks, &mut handles);
                     let t1 = std::time::Instant::now();
-                    for h in handles.drain(..) {
-                        assert!(h.force_complete());
-                    }
+                    complete_round(&mut handles);
                     let t2 = std::time::Instant::now();
                     p.advance();
                     let t3 = std::time::Instant::now();
@@ -359,7 +371,7 @@ fn lifecycle(c: &mut Criterion) {
                 // A purge becomes due at the end of a round and is scheduled by the next
                 // round's first add: over a few rounds, some run in the timed advances.
                 assert!(rounds < 4 || p.stats().purges > 0, "no purge ran");
-                spent.mul_f64(iters as f64 / (rounds * BATCH) as f64)
+                per_iters(spent, iters, rounds)
             });
         });
     }

@@ -262,7 +262,14 @@ impl Common {
 
     #[inline]
     fn mine(&self) -> &Stripe {
-        &self.stripes[thread_hint() & (STRIPES - 1)]
+        &self.stripes[stripe_index()]
+    }
+
+    /// One count summed over the stripes (wrapping: see [`delayed`](Self::delayed)).
+    fn sum(&self, count: impl Fn(&Stripe) -> &AtomicU64) -> u64 {
+        self.stripes.iter().fold(0u64, |acc, s| {
+            acc.wrapping_add(count(s).load(Ordering::Acquire))
+        })
     }
 
     /// An operation was armed.
@@ -307,22 +314,17 @@ impl Common {
 
     /// Operations accepted: exact once the threads accepting them are done.
     pub(crate) fn accepted(&self) -> u64 {
-        self.stripes
-            .iter()
-            .map(|s| s.accepted.load(Ordering::Relaxed))
-            .sum()
+        self.sum(|s| &s.accepted)
     }
 
     /// Operations armed and not disarmed: exact once the threads changing it are done.
     pub(crate) fn delayed(&self) -> usize {
-        // Summed per stripe with wrapping: an operation is often armed on one stripe and
-        // disarmed on another, so one stripe's difference may be "negative".
-        let sum = self.stripes.iter().fold(0u64, |acc, s| {
-            let out = s.done_armed.load(Ordering::Acquire) + s.disarmed.load(Ordering::Acquire);
-            acc.wrapping_add(s.armed.load(Ordering::Acquire).wrapping_sub(out))
-        });
-        // A racing reader may see a disarm before its arm: never report "negative".
-        usize::try_from(sum as i64).unwrap_or(0)
+        // Wrapping: an operation is often armed on one stripe and disarmed on another, and a
+        // racing reader may see a disarm before its arm: never report "negative".
+        let out = self
+            .sum(|s| &s.done_armed)
+            .wrapping_add(self.sum(|s| &s.disarmed));
+        usize::try_from(self.sum(|s| &s.armed).wrapping_sub(out) as i64).unwrap_or(0)
     }
 
     /// `flush_every` more watched operations completed on a stripe: counts them towards the
@@ -372,25 +374,13 @@ impl Common {
     }
 
     pub(crate) fn completed(&self) -> usize {
-        let sum: u64 = self
-            .stripes
-            .iter()
-            .map(|s| {
-                s.done_armed.load(Ordering::Relaxed)
-                    + s.done_watched.load(Ordering::Relaxed)
-                    + s.done_unwatched.load(Ordering::Relaxed)
-            })
-            .sum();
-        sum as usize
+        (self.sum(|s| &s.done_armed)
+            + self.sum(|s| &s.done_watched)
+            + self.sum(|s| &s.done_unwatched)) as usize
     }
 
     pub(crate) fn expired(&self) -> usize {
-        let sum: u64 = self
-            .stripes
-            .iter()
-            .map(|s| s.expired.load(Ordering::Relaxed))
-            .sum();
-        sum as usize
+        self.sum(|s| &s.expired) as usize
     }
 }
 
@@ -428,8 +418,14 @@ impl CommonRefs {
     /// The calling thread's reference, for a new cell.
     #[inline]
     pub(crate) fn mine(&self) -> Arc<CommonRef> {
-        Arc::clone(&self.0[thread_hint() & (STRIPES - 1)])
+        Arc::clone(&self.0[stripe_index()])
     }
+}
+
+/// The calling thread's stripe (of the counters and of the [`CommonRefs`]).
+#[inline]
+fn stripe_index() -> usize {
+    thread_hint() & (STRIPES - 1)
 }
 
 /// The largest power of two not above `n` (n ≥ 1).
