@@ -445,17 +445,21 @@ where
             }
             st.watched = true;
         }
+        let timer = &inner.common.timer;
         if cell.try_complete_locked(&mut st) {
             drop(st);
-            self.after_watch();
+            self.maybe_purge();
+            timer.advance_if_due();
             return Ok(Watched {
                 completed: true,
                 handle,
             });
         }
         // Still pending: arm the timer in the same lock hold. The expiry task takes this lock,
-        // so it cannot run before the handle is stored.
-        match inner.common.timer.add_keyed(timeout, expiry_task(cell)) {
+        // so it cannot run before the handle is stored. One clock reading serves the deadline
+        // and, after the lock is released, the reaper's help.
+        let now = timer.deadline_base();
+        match timer.add_at_keyed(now.saturating_add(timeout), expiry_task(cell)) {
             Ok(key) => {
                 st.timer = Some(key);
                 inner.common.armed_add();
@@ -468,21 +472,15 @@ where
             }
         }
         drop(st);
-        self.after_watch();
+        // With no lock held: a purge if one is due, and an advance if the reaper waits for a
+        // caller to (a timer with a reaper grace: see [`Builder::reaper_grace`]). Expiries it
+        // runs execute here, on the caller's thread, in inline mode (the own timer's default).
+        self.maybe_purge();
+        timer.advance_if_due_at(now);
         Ok(Watched {
             completed: false,
             handle,
         })
-    }
-
-    /// After an operation was watched, with no lock held: schedules a purge if one is due, and
-    /// advances the timer if its reaper waits for a caller to (a timer with a reaper grace: see
-    /// [`Builder::reaper_grace`]). Expiries it runs execute here, on the caller's thread, in
-    /// inline mode (the own timer's default).
-    #[inline]
-    fn after_watch(&self) {
-        self.maybe_purge();
-        self.inner.common.timer.advance_if_due();
     }
 
     /// Kafka's `checkAndComplete`: runs `try_complete` on every pending operation watching

@@ -622,6 +622,18 @@ impl<T: TimerTask> SystemTimer<T> {
         Duration::from_nanos(self.inner.clock.now_ns())
     }
 
+    /// The reading [`add`](Self::add) bases a delay's deadline on: the clock's time now or up
+    /// to a few microseconds later, never earlier (see [`Clock::deadline_base_ns`]); on the
+    /// system clock, cheaper than [`now`](Self::now). A caller that adds and then helps the
+    /// reaper reads the clock once with it: [`add_at_keyed`](Self::add_at_keyed)`(base +
+    /// delay, ..)`, then [`advance_if_due_at`](Self::advance_if_due_at)`(base)`.
+    ///
+    /// [`Clock::deadline_base_ns`]: crate::Clock::deadline_base_ns
+    #[inline]
+    pub fn deadline_base(&self) -> Duration {
+        Duration::from_nanos(self.inner.clock.deadline_base_ns())
+    }
+
     /// Advances the timer to the clock's current time, dispatching every task due by then (in
     /// inline mode: running them on this thread). Returns how many were dispatched. Non-blocking
     /// apart from the wheel's locks.
@@ -659,9 +671,25 @@ impl<T: TimerTask> SystemTimer<T> {
     #[inline]
     pub fn advance_if_due(&self) -> usize {
         #[cfg(not(loom))]
-        return self.inner.help();
+        return self.inner.help(|| self.inner.clock.deadline_base_ns());
         #[cfg(loom)]
         0
+    }
+
+    /// [`advance_if_due`](Self::advance_if_due), judged against `now`: a reading of this
+    /// timer's clock the caller already holds (from [`deadline_base`](Self::deadline_base) or
+    /// [`now`](Self::now)), so that the call reads no clock unless it advances. An earlier
+    /// reading only delays the help; a later one cannot make a task fire early (an advance
+    /// reads the clock itself, and runs only what is due by then).
+    #[inline]
+    pub fn advance_if_due_at(&self, now: Duration) -> usize {
+        #[cfg(not(loom))]
+        return self.inner.help(|| crate::clock::duration_ns(now));
+        #[cfg(loom)]
+        {
+            let _ = now;
+            0
+        }
     }
 
     /// [`advance`](Self::advance) to an explicit time in ms on the timer's clock, for callers
@@ -911,11 +939,12 @@ impl<T: TimerTask> Inner<T> {
     /// past a bucket that is due by now (see `help_at_ns`). One relaxed load when it does not
     /// (the line is written once per tick, so it stays shared in the callers' caches), a cheap
     /// clock reading when it does.
+    /// `now` gives the clock reading to judge by, read only once help is wanted.
     #[cfg(not(loom))]
     #[inline]
-    pub(crate) fn help(&self) -> usize {
+    pub(crate) fn help(&self, now: impl FnOnce() -> u64) -> usize {
         let at = self.help_at_ns.load(Ordering::Relaxed);
-        if at == u64::MAX || self.clock.deadline_base_ns() < at {
+        if at == u64::MAX || now() < at {
             return 0;
         }
         self.help_claimed(at)

@@ -299,6 +299,45 @@ fn a_caller_advances_a_due_bucket_for_a_reaper_with_a_grace() {
     assert!(timer.shutdown().is_empty());
 }
 
+/// `advance_if_due_at` judges by the reading it is given: one from before the bucket was due
+/// does nothing, however late the call; one far ahead of the clock advances only to the clock
+/// (nothing early) and leaves the help to the next caller; the timer's own `deadline_base`
+/// reading, once the bucket is due, runs the task on the calling thread.
+///
+/// Catches: the given reading ignored (the stale call runs the task); a reading ahead of the
+/// clock taken as the time to advance to (early); a claim that is not handed on (hang).
+#[test]
+fn advance_if_due_at_judges_by_the_callers_reading() {
+    let timer = SystemTimer::builder().inline().reaper_grace(HOUR).build();
+    let before = timer.deadline_base();
+    let (ran, due) = add_recorder(&timer, 20 * MS);
+    assert_eq!(
+        timer.advance_if_due_at(before + HOUR),
+        0,
+        "nothing is due yet"
+    );
+    assert!(ran.lock().unwrap().is_none(), "ran early");
+    wait_until("the bucket is due", || Instant::now() >= due + 5 * MS);
+    assert_eq!(
+        timer.advance_if_due_at(before),
+        0,
+        "a stale reading must not advance"
+    );
+    assert!(ran.lock().unwrap().is_none());
+    let t0 = Instant::now();
+    let mut dispatched = 0;
+    while ran.lock().unwrap().is_none() {
+        assert!(t0.elapsed() < HANG, "no caller advanced the due bucket");
+        dispatched += timer.advance_if_due_at(timer.deadline_base());
+        thread::sleep(MS);
+    }
+    let (on, at) = ran.lock().unwrap().clone().unwrap();
+    assert_eq!(on, thread_name(), "ran on another thread");
+    assert!(at >= due, "ran {:?} early", due - at);
+    assert_eq!(dispatched, 1);
+    assert!(timer.shutdown().is_empty());
+}
+
 /// With a grace and no caller of `advance_if_due`, the reaper still runs a due task on its own
 /// alarm, `grace` after the task's bucket: on the reaper thread, not before `deadline + grace -
 /// one tick` (a bucket's time is at most a tick before its tasks' deadlines).
