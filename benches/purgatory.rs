@@ -368,8 +368,8 @@ fn lifecycle(c: &mut Criterion) {
                         Phase::Purge => t3 - t2,
                     };
                 }
-                // A purge becomes due at the end of a round and is scheduled by the next
-                // round's first add: over a few rounds, some run in the timed advances.
+                // A purge becomes due during a round's completions (the one that makes it due
+                // schedules it) and runs in the round's advance, the purge phase.
                 assert!(rounds < 4 || p.stats().purges > 0, "no purge ran");
                 per_iters(spent, iters, rounds)
             });

@@ -240,22 +240,22 @@ pub(crate) struct Common {
     garbage: AtomicUsize,
     /// The purge interval.
     purge_interval: usize,
-    /// Set when `garbage` reached the interval; taken by the purge's scheduler.
-    purge_due: AtomicBool,
+    /// Schedules and runs the purges.
+    pub(crate) purger: Arc<Purger>,
     /// Set by `check_and_complete` (keys are being scanned, empty cells included), cleared when
     /// a purge becomes due.
     checked: AtomicBool,
 }
 
 impl Common {
-    pub(crate) fn new(timer: Arc<SystemTimer>, purge_interval: usize) -> Self {
+    pub(crate) fn new(timer: Arc<SystemTimer>, purge_interval: usize, purger: Purger) -> Self {
         Common {
             timer,
+            purger: Arc::new(purger),
             stripes: Default::default(),
             flush_every: prev_power_of_two((purge_interval / (4 * STRIPES)).max(1)) as u64,
             garbage: AtomicUsize::new(0),
             purge_interval: purge_interval.max(1),
-            purge_due: AtomicBool::new(false),
             checked: AtomicBool::new(false),
         }
     }
@@ -285,9 +285,9 @@ impl Common {
     }
 
     /// An operation completed: `armed` if it was armed until now (the completion disarmed it),
-    /// `watched` if it is in watch lists (true whenever `armed` is).
+    /// `watched` if it is in watch lists (true whenever `armed` is). True if a purge became due.
     #[inline]
-    fn completion(&self, armed: bool, watched: bool, how: How) {
+    fn completion(&self, armed: bool, watched: bool, how: How) -> bool {
         debug_assert!(watched || !armed, "armed operations are watched");
         let s = self.mine();
         let count = if armed {
@@ -301,9 +301,7 @@ impl Common {
         if how == How::Expired {
             s.expired.fetch_add(1, Ordering::Relaxed);
         }
-        if watched && n & (self.flush_every - 1) == 0 {
-            self.garbage_flush();
-        }
+        watched && n & (self.flush_every - 1) == 0 && self.garbage_flush()
     }
 
     /// `try_complete_else_watch` accepted an operation.
@@ -328,7 +326,7 @@ impl Common {
     }
 
     /// `flush_every` more watched operations completed on a stripe: counts them towards the
-    /// next purge.
+    /// next purge. True if a purge is now due.
     ///
     /// A purge is due once the completed watched operations reach the purge interval (Kafka's
     /// rule), **unless no key was checked since the last purge**: then it also waits until they
@@ -339,16 +337,16 @@ impl Common {
     /// the same keys and an interval of 1,000, walks six for each). When keys are checked, each
     /// check walks the empty cells of its list too, so the interval alone decides.
     #[cold]
-    fn garbage_flush(&self) {
+    fn garbage_flush(&self) -> bool {
         let n = self.flush_every as usize;
         let total = self.garbage.fetch_add(n, Ordering::AcqRel) + n;
-        if total >= self.purge_interval
-            && (self.checked.load(Ordering::Relaxed) || total >= self.delayed())
-        {
+        let due = total >= self.purge_interval
+            && (self.checked.load(Ordering::Relaxed) || total >= self.delayed());
+        if due {
             self.garbage.store(0, Ordering::Relaxed);
             self.checked.store(false, Ordering::Relaxed);
-            self.purge_due.store(true, Ordering::Release);
         }
+        due
     }
 
     /// A key is being checked (see [`garbage_flush`](Self::garbage_flush)). Writes the shared flag
@@ -360,17 +358,10 @@ impl Common {
         }
     }
 
-    /// True once (per crossing) when enough watched operations completed for a purge.
-    #[inline]
-    pub(crate) fn take_purge_due(&self) -> bool {
-        self.purge_due.load(Ordering::Relaxed) && self.purge_due.swap(false, Ordering::AcqRel)
-    }
-
     /// Forgets the garbage counted so far (a purge just ran). The stripes' counts since their
     /// last flush (fewer than `flush_every` per count) are kept: they count towards the next purge.
     pub(crate) fn reset_garbage(&self) {
         self.garbage.store(0, Ordering::Relaxed);
-        self.purge_due.store(false, Ordering::Release);
     }
 
     pub(crate) fn completed(&self) -> usize {
@@ -381,6 +372,69 @@ impl Common {
 
     pub(crate) fn expired(&self) -> usize {
         self.sum(|s| &s.expired) as usize
+    }
+}
+
+/// The purge: a sweep of every watch list, run as a zero-delay task on the timer (so where
+/// expiries run: on the reaper or its executors, or in the next advance when driven by hand).
+///
+/// Scheduled by the completion that makes one due, whatever completed it (a check, a forced
+/// completion, an expiry), so a purgatory whose operations only expire, or are only completed
+/// by force, purges with no other call (Kafka checks on its reaper's every step). At most one
+/// is scheduled at a time. The sweep holds the watch map (a strong reference: the map holds
+/// cells, the cells this `Common`, which holds this: a cycle that shutdown, which empties the
+/// map, breaks).
+pub(crate) struct Purger {
+    sweep: Box<dyn Fn() -> usize + Send + Sync>,
+    scheduled: AtomicBool,
+    purges: AtomicU64,
+}
+
+impl Purger {
+    pub(crate) fn new(sweep: impl Fn() -> usize + Send + Sync + 'static) -> Self {
+        Purger {
+            sweep: Box::new(sweep),
+            scheduled: AtomicBool::new(false),
+            purges: AtomicU64::new(0),
+        }
+    }
+
+    /// Sweeps every list now; returns how many entries it dropped.
+    pub(crate) fn run(&self) -> usize {
+        let n = (self.sweep)();
+        self.purges.fetch_add(1, Ordering::Relaxed);
+        n
+    }
+
+    /// Purges run so far.
+    pub(crate) fn purges(&self) -> u64 {
+        self.purges.load(Ordering::Relaxed)
+    }
+
+    /// True while a scheduled purge has not run yet.
+    pub(crate) fn is_scheduled(&self) -> bool {
+        self.scheduled.load(Ordering::Acquire)
+    }
+
+    /// Schedules a purge on `timer` unless one is scheduled already. May run under an op lock
+    /// (op lock → timer lock, the order arming takes); the purge itself takes no op lock.
+    #[cold]
+    #[inline(never)]
+    fn schedule(this: &Arc<Purger>, timer: &SystemTimer) {
+        if this.scheduled.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let purger = Arc::clone(this);
+        let task = system_timer::Task::new(move || {
+            // Cleared first: a purge made due while this one sweeps schedules another (what
+            // this one no longer sees is left for it), never none.
+            purger.scheduled.store(false, Ordering::Release);
+            purger.run();
+        });
+        if timer.add(std::time::Duration::ZERO, task).is_err() {
+            // Shut down: no purge is needed any more.
+            this.scheduled.store(false, Ordering::Release);
+        }
     }
 }
 
@@ -514,7 +568,9 @@ impl<Op: DelayedOperation> OpCell<Op> {
         debug_assert!(!self.is_completed(), "completing twice");
         self.completed.store(true, Ordering::Release);
         let armed = self.take_timer_locked(st, how == How::Expired);
-        self.common.completion(armed, st.watched, how);
+        if self.common.completion(armed, st.watched, how) {
+            Purger::schedule(&self.common.purger, &self.common.timer);
+        }
         let mut op = st.op.take().expect("a pending operation holds its op");
         op.on_complete();
         if how == How::Expired {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use system_timer::{Clock, ScheduleError, SystemTimer, Task};
 
 use crate::error::WatchError;
-use crate::operation::{Common, CommonRefs, DelayedOperation, OpCell, OperationHandle};
+use crate::operation::{Common, CommonRefs, DelayedOperation, OpCell, OperationHandle, Purger};
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::Arc;
 use crate::watchers::{Entry, WatchMap, NO_ARG};
@@ -77,8 +77,6 @@ struct Inner<K, Op> {
     common: Arc<Common>,
     /// What each new cell holds to reach `common` (one reference count per stripe).
     refs: CommonRefs,
-    purge_scheduled: Arc<AtomicBool>,
-    purges: Arc<AtomicU64>,
     /// Rare (shutdown, refused watches): not striped, unlike `accepted` (in `common`).
     handed_back: AtomicU64,
     closed: AtomicBool,
@@ -329,17 +327,18 @@ where
             }
             Arc::new(b.build())
         });
-        let common = Arc::new(Common::new(timer, self.purge_interval));
+        let watchers = Arc::new(WatchMap::new(self.shards));
+        let sweep = Arc::clone(&watchers);
+        let purger = Purger::new(move || sweep.purge());
+        let common = Arc::new(Common::new(timer, self.purge_interval, purger));
         Purgatory {
             inner: Arc::new(Inner {
                 name: self.name,
-                watchers: Arc::new(WatchMap::new(self.shards)),
+                watchers,
                 ready_test: self.ready_test,
                 own_timer,
                 refs: CommonRefs::new(&common),
                 common,
-                purge_scheduled: Arc::new(AtomicBool::new(false)),
-                purges: Arc::new(AtomicU64::new(0)),
                 handed_back: AtomicU64::new(0),
                 closed: AtomicBool::new(false),
             }),
@@ -448,7 +447,6 @@ where
         let timer = &inner.common.timer;
         if cell.try_complete_locked(&mut st) {
             drop(st);
-            self.maybe_purge();
             timer.advance_if_due();
             return Ok(Watched {
                 completed: true,
@@ -472,10 +470,9 @@ where
             }
         }
         drop(st);
-        // With no lock held: a purge if one is due, and an advance if the reaper waits for a
-        // caller to (a timer with a reaper grace: see [`Builder::reaper_grace`]). Expiries it
-        // runs execute here, on the caller's thread, in inline mode (the own timer's default).
-        self.maybe_purge();
+        // With no lock held: an advance if the reaper waits for a caller to (a timer with a
+        // reaper grace: see [`Builder::reaper_grace`]). Expiries it runs execute here, on the
+        // caller's thread, in inline mode (the own timer's default).
         timer.advance_if_due_at(now);
         Ok(Watched {
             completed: false,
@@ -535,9 +532,6 @@ where
         if done > 0 && done * SWEEP_FRACTION >= len {
             inner.watchers.sweep_key(key);
         }
-        if completed > 0 {
-            self.maybe_purge();
-        }
         completed
     }
 
@@ -580,10 +574,15 @@ where
     }
 
     /// Drives the purgatory's timer to the clock's time (for purgatories built with
-    /// `.reaper(false)`): runs due expiries, and the purge when one is due, on this thread.
-    /// Returns the number of timer tasks run.
+    /// `.reaper(false)`): runs due expiries, and the purge when one is due (one these expiries
+    /// made due included), on this thread in inline mode. Returns the number of timer tasks run.
     pub fn advance(&self) -> usize {
-        self.inner.common.timer.advance()
+        let timer = &self.inner.common.timer;
+        let mut n = timer.advance();
+        if self.inner.common.purger.is_scheduled() {
+            n += timer.advance();
+        }
+        n
     }
 
     /// The timer the purgatory uses.
@@ -601,22 +600,20 @@ where
             expired: c.expired() as u64,
             handed_back: inner.handed_back.load(Ordering::Relaxed),
             delayed: c.delayed() as u64,
-            purges: inner.purges.load(Ordering::Relaxed),
+            purges: c.purger.purges(),
             watched: inner.watchers.watched() as u64,
             keys: inner.watchers.keys() as u64,
         }
     }
 
-    /// Sweeps every watch list now (the purge the purgatory otherwise triggers by count: it is
-    /// scheduled by `try_complete_else_watch` and by checks that complete something, once
-    /// `purge_interval` watched operations have completed (and, while no key is checked, at least
-    /// as many as are still delayed); operations completed only by force or
-    /// expiry while no other call comes leave their empty cells until the next such call).
-    /// Returns the number of completed entries removed.
+    /// Sweeps every watch list now (the purge the purgatory otherwise runs by count: the
+    /// completion, by any path, that brings the watched operations completed since the last
+    /// purge to `purge_interval` (and, while no key is checked, to at least as many as are
+    /// still delayed) schedules it on the timer). Returns the number of completed entries
+    /// removed.
     pub fn purge(&self) -> usize {
         self.inner.common.reset_garbage();
-        self.inner.purges.fetch_add(1, Ordering::Relaxed);
-        self.inner.watchers.purge()
+        self.inner.common.purger.run()
     }
 
     /// Stops the purgatory: later `try_complete_else_watch` calls fail with
@@ -644,29 +641,6 @@ where
             drop(inner.common.timer.shutdown());
         }
         out
-    }
-
-    /// Schedules a purge on the timer (a zero-delay task, so it runs where expiries run: on the
-    /// reaper or its executors, or in the next `advance` when driven by hand) once enough watched
-    /// operations completed.
-    fn maybe_purge(&self) {
-        let inner = &self.inner;
-        if !inner.common.take_purge_due() || inner.purge_scheduled.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let watchers = Arc::clone(&inner.watchers);
-        let (scheduled, purges) = (
-            Arc::clone(&inner.purge_scheduled),
-            Arc::clone(&inner.purges),
-        );
-        let purge = Task::new(move || {
-            watchers.purge();
-            purges.fetch_add(1, Ordering::Relaxed);
-            scheduled.store(false, Ordering::Release);
-        });
-        if inner.common.timer.add(Duration::ZERO, purge).is_err() {
-            inner.purge_scheduled.store(false, Ordering::Release);
-        }
     }
 
     /// Panics if an invariant is broken: every operation in a watch list is one this purgatory

@@ -135,6 +135,15 @@ fn manual(clock: &ManualClock) -> Purgatory<&'static str, Op> {
         .build()
 }
 
+/// [`manual`] with a purge interval of `n`.
+fn manual_purging(clock: &ManualClock, n: usize) -> Purgatory<&'static str, Op> {
+    Purgatory::builder()
+        .clock(clock.clone())
+        .reaper(false)
+        .purge_interval(n)
+        .build()
+}
+
 /// An operation not ready at watch time completes when it becomes ready and its key is checked;
 /// the check drops the emptied key; the timer entry is gone at once.
 #[test]
@@ -669,11 +678,7 @@ fn shutdown_hands_back_pending_operations_and_refuses_new_ones() {
 #[test]
 fn count_triggered_purge_runs_when_a_manual_purgatory_advances() {
     let clock = ManualClock::new(0);
-    let p: Purgatory<&str, Op> = Purgatory::builder()
-        .clock(clock.clone())
-        .reaper(false)
-        .purge_interval(10)
-        .build();
+    let p = manual_purging(&clock, 10);
     let probes: Vec<Probe> = (0..40).map(|_| Probe::default()).collect();
     for probe in &probes {
         p.try_complete_else_watch(probe.op(), LONG, &["a", "b"])
@@ -704,11 +709,7 @@ fn count_triggered_purge_runs_when_a_manual_purgatory_advances() {
 #[test]
 fn without_checks_the_purge_waits_until_the_garbage_reaches_the_delayed_count() {
     let clock = ManualClock::new(0);
-    let p: Purgatory<&str, Op> = Purgatory::builder()
-        .clock(clock.clone())
-        .reaper(false)
-        .purge_interval(10)
-        .build();
+    let p = manual_purging(&clock, 10);
     let probes: Vec<Probe> = (0..40).map(|_| Probe::default()).collect();
     let handles: Vec<_> = probes
         .iter()
@@ -718,7 +719,7 @@ fn without_checks_the_purge_waits_until_the_garbage_reaches_the_delayed_count() 
                 .handle
         })
         .collect();
-    // A purge is scheduled by the next watch or completing check after it became due.
+    // The completion that makes a purge due schedules it; the next advance runs it.
     let trigger = |p: &Purgatory<&str, Op>| {
         let never = Probe::default();
         p.try_complete_else_watch(never.op(), LONG, &["c"]).unwrap();
@@ -739,6 +740,67 @@ fn without_checks_the_purge_waits_until_the_garbage_reaches_the_delayed_count() 
     assert_eq!(p.stats().purges, 1, "21 completed, 20 delayed: due");
     assert_eq!(p.watched(), 38 + 3, "19 pending on a and b, 3 on c");
     p.check_invariants();
+}
+
+/// Operations that only expire make the purge due by themselves: one `advance` of a
+/// purgatory driven by hand runs their expiries and then the purge they made due, with no
+/// watch or check to trigger it (Kafka checks on its reaper's every step).
+///
+/// Catches: a purge scheduled only by a later watch or check (the empty cells stay listed).
+#[test]
+fn expiries_alone_schedule_the_purge_and_one_advance_runs_it() {
+    let clock = ManualClock::new(0);
+    let p = manual_purging(&clock, 4);
+    let probes: Vec<Probe> = (0..10).map(|_| Probe::default()).collect();
+    for probe in &probes {
+        p.try_complete_else_watch(probe.op(), 10 * MS, &["a", "b"])
+            .unwrap();
+    }
+    assert_eq!(p.watched(), 20);
+    clock.set_ms(20);
+    p.advance();
+    assert_eq!(p.stats().expired, 10);
+    assert!(p.stats().purges >= 1, "no purge ran");
+    assert_eq!(
+        p.watched(),
+        0,
+        "the expired operations' cells are still listed"
+    );
+    p.check_invariants();
+}
+
+/// Operations completed only by force (Kafka's benchmark) are purged by the reaper with no
+/// other call: every empty cell leaves the lists, on the real clock, with no later watch, check
+/// or advance from the caller.
+///
+/// Catches: a purge that needs a later call to be scheduled; a purge made due while another
+/// runs that is dropped (the last completions' cells would stay).
+#[test]
+fn forced_completions_alone_are_purged_by_the_reaper() {
+    let p: Purgatory<&str, Op> = Purgatory::builder().purge_interval(10).build();
+    let probes: Vec<Probe> = (0..200).map(|_| Probe::default()).collect();
+    let handles: Vec<_> = probes
+        .iter()
+        .map(|probe| {
+            p.try_complete_else_watch(probe.op(), LONG, &["a", "b", "c"])
+                .unwrap()
+                .handle
+        })
+        .collect();
+    for h in &handles {
+        assert!(h.force_complete());
+    }
+    let t0 = Instant::now();
+    while p.watched() > 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "hung: {} still listed",
+            p.watched()
+        );
+        std::thread::sleep(MS);
+    }
+    assert!(p.stats().purges >= 1);
+    assert_eq!(p.delayed(), 0);
 }
 
 /// Two purgatories share one timer: shutting one down hands back its operations and disarms
