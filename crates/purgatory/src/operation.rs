@@ -13,7 +13,8 @@
 //!   ([`Builder::ready_test`](crate::Builder::ready_test)): a check runs them with no lock
 //!   held, and only to skip the operation (they change no state).
 //! * `completed` goes `false → true` exactly once, under the op lock, by [`OpCell::complete_locked`]
-//!   (or by a hand-back at shutdown). Whoever sets it runs `on_complete` (then `on_expiration` if
+//!   or by a hand-back ([`OpCell::hand_back_locked`]: shutdown, a watch or arm refused, or
+//!   [`OperationHandle::take`]). Whoever sets it runs `on_complete` (then `on_expiration` if
 //!   expiry won) in the same lock hold, so `on_complete` runs exactly once. `try_complete` is
 //!   never called once `completed` is set (every caller checks it under the lock first).
 //! * Completion disarms the timer entry (cancel, in the same lock hold) and **drops the
@@ -28,7 +29,7 @@
 //!
 //! ```text
 //! PENDING (op held) ──try_complete()=true / force_complete / expiry──▶ COMPLETED (op dropped)
-//!        └──────────────────────shutdown / failed watch───────────────▶ HANDED BACK (op returned)
+//!        └──────────shutdown / failed watch or arm / handle.take()──────▶ HANDED BACK (op returned)
 //! ```
 
 use std::fmt;
@@ -242,6 +243,8 @@ pub(crate) struct Common {
     purge_interval: usize,
     /// Schedules and runs the purges.
     pub(crate) purger: Arc<Purger>,
+    /// Operations handed back without completing (rare: one shared counter).
+    handed_back: AtomicU64,
     /// Set by `check_and_complete` (keys are being scanned, empty cells included), cleared when
     /// a purge becomes due.
     checked: AtomicBool,
@@ -252,6 +255,7 @@ impl Common {
         Common {
             timer,
             purger: Arc::new(purger),
+            handed_back: AtomicU64::new(0),
             stripes: Default::default(),
             flush_every: prev_power_of_two((purge_interval / (4 * STRIPES)).max(1)) as u64,
             garbage: AtomicUsize::new(0),
@@ -368,6 +372,15 @@ impl Common {
         (self.sum(|s| &s.done_armed)
             + self.sum(|s| &s.done_watched)
             + self.sum(|s| &s.done_unwatched)) as usize
+    }
+
+    /// `n` operations were handed back without completing.
+    pub(crate) fn handed_back_add(&self, n: usize) {
+        self.handed_back.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn handed_back(&self) -> u64 {
+        self.handed_back.load(Ordering::Relaxed)
     }
 
     pub(crate) fn expired(&self) -> usize {
@@ -670,7 +683,8 @@ impl<Op: DelayedOperation> OperationHandle<Op> {
         true
     }
 
-    /// True once the operation has completed (or was handed back by a shutdown).
+    /// True once the operation has completed (or was handed back: by a shutdown, or
+    /// [`take`](Self::take)).
     #[doc(alias = "isCompleted")]
     pub fn is_completed(&self) -> bool {
         self.cell.is_completed()
@@ -679,6 +693,41 @@ impl<Op: DelayedOperation> OperationHandle<Op> {
     /// Runs `f` on the operation under its lock, while it is pending; `None` once completed.
     pub fn with<R>(&self, f: impl FnOnce(&Op) -> R) -> Option<R> {
         self.cell.lock().op.as_ref().map(f)
+    }
+
+    /// Takes the operation back without completing it (`on_complete` is not called, as at
+    /// shutdown): disarms its timer and counts it as handed back; its watch-list entries are
+    /// empty cells the next sweep drops. `None` if it has completed or was handed back already.
+    /// The way to recover an operation [`Purgatory::cancel_for_key`] returned a handle to.
+    /// Blocks while another thread holds the operation's lock.
+    ///
+    /// [`Purgatory::cancel_for_key`]: crate::Purgatory::cancel_for_key
+    ///
+    /// ```
+    /// # use purgatory::{DelayedOperation, Purgatory};
+    /// # use std::time::Duration;
+    /// # struct Never(u32);
+    /// # impl DelayedOperation for Never {
+    /// #     fn try_complete(&mut self) -> bool { false }
+    /// #     fn on_complete(&mut self) { unreachable!("taken back, never completed") }
+    /// # }
+    /// let purgatory: Purgatory<&str, Never> = Purgatory::builder().reaper(false).build();
+    /// purgatory.try_complete_else_watch(Never(7), Duration::from_secs(30), &["k"])?;
+    /// let handles = purgatory.cancel_for_key(&"k");
+    /// assert_eq!(handles[0].take().map(|op| op.0), Some(7));
+    /// assert!(handles[0].take().is_none() && handles[0].is_completed());
+    /// assert_eq!(purgatory.stats().handed_back, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn take(&self) -> Option<Op> {
+        let mut st = self.cell.lock();
+        if self.cell.is_completed() {
+            return None;
+        }
+        let op = self.cell.hand_back_locked(&mut st);
+        drop(st);
+        self.cell.common.handed_back_add(1);
+        Some(op)
     }
 }
 

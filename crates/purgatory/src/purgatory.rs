@@ -9,7 +9,7 @@ use system_timer::{Clock, ScheduleError, SystemTimer, Task};
 
 use crate::error::WatchError;
 use crate::operation::{Common, CommonRefs, DelayedOperation, OpCell, OperationHandle, Purger};
-use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::Arc;
 use crate::watchers::{Entry, WatchMap, NO_ARG};
 
@@ -55,7 +55,10 @@ pub struct PurgatoryStats {
     pub completed: u64,
     /// Operations completed by expiry.
     pub expired: u64,
-    /// Operations handed back (shutdown, or refused mid-watch by a shutdown).
+    /// Operations handed back without completing: by shutdown, refused mid-watch by a
+    /// shutdown, or taken back through their handle ([`OperationHandle::take`]).
+    ///
+    /// [`OperationHandle::take`]: crate::OperationHandle::take
     pub handed_back: u64,
     /// Operations armed in the timer and not completed ([`Purgatory::delayed`]).
     pub delayed: u64,
@@ -78,7 +81,6 @@ struct Inner<K, Op> {
     /// What each new cell holds to reach `common` (one reference count per stripe).
     refs: CommonRefs,
     /// Rare (shutdown, refused watches): not striped, unlike `accepted` (in `common`).
-    handed_back: AtomicU64,
     closed: AtomicBool,
 }
 
@@ -339,7 +341,6 @@ where
                 own_timer,
                 refs: CommonRefs::new(&common),
                 common,
-                handed_back: AtomicU64::new(0),
                 closed: AtomicBool::new(false),
             }),
         }
@@ -439,7 +440,7 @@ where
                 // Closed under us: hand the operation back; cells already appended are empty
                 // shells the shutdown's drain skips.
                 let op = cell.hand_back_locked(&mut st);
-                inner.handed_back.fetch_add(1, Ordering::Relaxed);
+                inner.common.handed_back_add(1);
                 return Err(WatchError::Shutdown(op));
             }
             st.watched = true;
@@ -465,7 +466,7 @@ where
             Err(ScheduleError::Shutdown(_) | ScheduleError::Full(_)) => {
                 // The timer refused: never leave an operation that can no longer expire.
                 let op = cell.hand_back_locked(&mut st);
-                inner.handed_back.fetch_add(1, Ordering::Relaxed);
+                inner.common.handed_back_add(1);
                 return Err(WatchError::Shutdown(op));
             }
         }
@@ -538,7 +539,9 @@ where
     /// Kafka's `cancelForKey`: removes `key`'s watch list and disarms the timers of the pending
     /// operations on it, without completing them (no `on_complete`); they stay watched on their
     /// other keys and can still be completed by a check or by force, but no longer expire.
-    /// Returns handles to those operations.
+    /// Returns handles to those operations. One watched on no other key is then reachable only
+    /// through its handle, and a shutdown no longer sees it: complete it by force, or take it
+    /// back with [`OperationHandle::take`] (Kafka returns the operations themselves).
     #[doc(alias = "cancelForKey")]
     pub fn cancel_for_key(&self, key: &K) -> Vec<OperationHandle<Op>> {
         let Some(list) = self.inner.watchers.take_key(key) else {
@@ -598,7 +601,7 @@ where
             accepted: c.accepted(),
             completed: c.completed() as u64,
             expired: c.expired() as u64,
-            handed_back: inner.handed_back.load(Ordering::Relaxed),
+            handed_back: c.handed_back(),
             delayed: c.delayed() as u64,
             purges: c.purger.purges(),
             watched: inner.watchers.watched() as u64,
@@ -617,8 +620,9 @@ where
     }
 
     /// Stops the purgatory: later `try_complete_else_watch` calls fail with
-    /// [`WatchError::Shutdown`], and every pending operation is handed back (its timer
-    /// disarmed, `on_complete` not called). Shuts the own timer down (a shared one is left
+    /// [`WatchError::Shutdown`], and every pending operation still watched is handed back (its
+    /// timer disarmed, `on_complete` not called): all of them, unless `cancel_for_key` removed
+    /// an operation's only key (see there). Shuts the own timer down (a shared one is left
     /// running). Idempotent; dropping the purgatory calls it.
     pub fn shutdown(&self) -> Vec<Op> {
         let inner = &self.inner;
@@ -632,9 +636,7 @@ where
                 out.push(cell.hand_back_locked(&mut st));
             }
         }
-        inner
-            .handed_back
-            .fetch_add(out.len() as u64, Ordering::Relaxed);
+        inner.common.handed_back_add(out.len());
         if inner.own_timer {
             // Its remaining tasks are expiries of operations handed back above (now no-ops)
             // and purges: dropping them is right.

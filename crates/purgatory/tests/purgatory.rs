@@ -286,6 +286,43 @@ fn cancel_for_key_with_and_without_watchers() {
     assert_eq!(y.completions(), 1);
 }
 
+/// An operation `cancel_for_key` removed from its only key is no longer seen by a shutdown: its
+/// handle takes it back (no `on_complete`, counted as handed back, never completable after), so
+/// every operation the purgatory accepted is accounted for. One still watched on another key
+/// is taken back the same way, and its empty cell there leaves at the next sweep.
+///
+/// Catches: an operation only a handle reaches being silently lost (no way to get it back), a
+/// take that completes it, a second take or a force after a take that succeeds.
+#[test]
+fn a_cancelled_operation_is_taken_back_through_its_handle() {
+    let clock = ManualClock::new(0);
+    let p = manual(&clock);
+    let (x, y, z) = (Probe::default(), Probe::default(), Probe::default());
+    p.try_complete_else_watch(x.op(), LONG, &["k"]).unwrap();
+    p.try_complete_else_watch(y.op(), LONG, &["k", "other"])
+        .unwrap();
+    let w = p.try_complete_else_watch(z.op(), LONG, &["z"]).unwrap();
+    let hs = p.cancel_for_key(&"k");
+    assert_eq!(hs.len(), 2);
+    assert!(hs[0].take().is_some(), "x, watched nowhere now, comes back");
+    assert!(hs[0].take().is_none() && !hs[0].force_complete());
+    assert!(
+        hs[1].take().is_some(),
+        "y, still on 'other', comes back too"
+    );
+    assert!(
+        w.handle.take().is_some(),
+        "an armed operation: taken and disarmed"
+    );
+    assert_eq!(p.delayed(), 0);
+    assert_eq!(x.completions() + y.completions() + z.completions(), 0);
+    assert_eq!(p.purge(), 2, "the empty cells of y on 'other' and of z");
+    let st = p.stats();
+    assert_eq!((st.accepted, st.handed_back, st.completed), (3, 3, 0));
+    assert!(p.shutdown().is_empty());
+    p.check_invariants();
+}
+
 /// The first and second tries of `try_complete_else_watch` run under the operation's lock: a
 /// check on the key that arrives meanwhile waits, and never runs `try_complete` concurrently.
 #[test]
