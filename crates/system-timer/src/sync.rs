@@ -107,32 +107,3 @@ mod imp {
 }
 
 pub(crate) use imp::*;
-
-/// A slot that keeps one spare value for reuse (an advance's job vector): a cache, not state.
-///
-/// Only ever `try_lock`ed, so it never blocks and orders against no other lock: a caller that
-/// finds it busy goes without (takes a fresh value, or drops the one it would have kept).
-/// parking_lot's mutex under loom too, as the hint atomics: loom has nothing to check in it
-/// (no critical section here holds a loom synchronisation point), and its states would only
-/// widen the models.
-#[derive(Debug, Default)]
-pub(crate) struct Spare<V>(parking_lot::Mutex<V>);
-
-impl<V: Default> Spare<V> {
-    /// Takes the spare value (the default if there is none, or the slot is busy).
-    #[inline]
-    pub(crate) fn take(&self) -> V {
-        self.0
-            .try_lock()
-            .map(|mut v| std::mem::take(&mut *v))
-            .unwrap_or_default()
-    }
-
-    /// Keeps `v` for the next [`take`](Self::take) (drops it if the slot is busy).
-    #[inline]
-    pub(crate) fn put(&self, v: V) {
-        if let Some(mut slot) = self.0.try_lock() {
-            *slot = v;
-        }
-    }
-}

@@ -118,11 +118,6 @@ pub(crate) struct Inner<T> {
     /// Read and written only under the wheel lock; a hint, not state, so `std`'s atomic even
     /// under loom.
     pub(crate) jobs_hint: std::sync::atomic::AtomicUsize,
-    /// Inline mode: the last advance's job vector, emptied, for the next advance to fill. A
-    /// fresh one each advance cost a growing allocation and its free per tick, and one large
-    /// enough (43 jobs) sent glibc's allocator to consolidate its fast bins, so that the next
-    /// thousands of small allocations (the callers' operations) took its slow path.
-    pub(crate) spare_jobs: crate::sync::Spare<Vec<Job<T>>>,
     /// Jobs the executors handed back after `stopping` was set.
     pub(crate) returned: Mutex<Vec<T>>,
     #[cfg(not(loom))]
@@ -400,7 +395,6 @@ impl<T: TimerTask> Builder<T> {
             running: AtomicUsize::new(0),
             moving: AtomicU64::new(0),
             jobs_hint: std::sync::atomic::AtomicUsize::new(0),
-            spare_jobs: crate::sync::Spare::default(),
             returned: Mutex::new(Vec::new()),
             #[cfg(not(loom))]
             parker: Arc::new(crate::reaper::Parker::new(
@@ -864,10 +858,6 @@ fn split<J>(mut jobs: Vec<J>, parts: usize) -> Vec<Vec<J>> {
     out
 }
 
-/// The largest job vector (in jobs) an inline timer keeps for its next advance (32 KiB held
-/// idle with the default task type); a rarer, larger batch allocates its own.
-const SPARE_JOBS_MAX: usize = 1024;
-
 // ===== impl Inner =====
 
 impl<T: TimerTask> Inner<T> {
@@ -1046,11 +1036,7 @@ impl<T: TimerTask> Inner<T> {
     /// [`advance_to_ns`](Self::advance_to_ns), calling `unlocked` once the wheel's locks are
     /// released and before the tasks are dispatched (not if the wheel is closed).
     fn advance_to_ns_then(&self, now_ns: u64, unlocked: impl FnOnce()) -> usize {
-        let mut jobs = if self.inline {
-            self.spare_jobs.take()
-        } else {
-            Vec::new()
-        };
+        let mut jobs = Vec::new();
         let from_wheel;
         {
             let mut g = self.wheel.lock();
@@ -1063,8 +1049,8 @@ impl<T: TimerTask> Inner<T> {
             fence(Ordering::Release);
             let hint = self.jobs_hint.load(Ordering::Relaxed);
             from_wheel = g.advance(now_ns, |f| {
-                if jobs.is_empty() {
-                    jobs.reserve(hint); // a no-op once the spare vector is large enough
+                if jobs.capacity() == 0 {
+                    jobs.reserve(hint);
                 }
                 jobs.push(Job {
                     task: f.value,
@@ -1094,7 +1080,9 @@ impl<T: TimerTask> Inner<T> {
             }
         }
         let n = jobs.len();
-        self.deliver(jobs);
+        if n > 0 {
+            self.deliver(jobs);
+        }
         if self.running.fetch_sub(1, Ordering::AcqRel) == 1 && self.stopping.load(Ordering::Acquire)
         {
             #[cfg(not(loom))]
@@ -1103,18 +1091,13 @@ impl<T: TimerTask> Inner<T> {
         n
     }
 
-    /// Hands jobs to their runner: runs them here (inline; the emptied vector is kept for the
-    /// next advance) or sends them to the executors.
-    fn deliver(&self, mut jobs: Vec<Job<T>>) {
+    /// Hands jobs to their runner: runs them here (inline) or sends them to the executors.
+    fn deliver(&self, jobs: Vec<Job<T>>) {
         if self.inline {
-            // `run_job` catches every panic, so the drain always runs to its end.
-            for job in jobs.drain(..) {
+            for job in jobs {
                 self.run_job(job);
             }
-            if jobs.capacity() <= SPARE_JOBS_MAX {
-                self.spare_jobs.put(jobs);
-            }
-        } else if !jobs.is_empty() {
+        } else {
             #[cfg(not(loom))]
             self.send_to_executors(jobs);
         }
@@ -1181,59 +1164,5 @@ impl<T: TimerTask> Inner<T> {
             #[cfg(loom)]
             crate::sync::hint::spin_loop();
         }
-    }
-}
-
-#[cfg(all(test, not(loom)))]
-mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
-    use std::time::Duration;
-
-    use crate::{ManualClock, SystemTimer};
-
-    /// An inline advance leaves its emptied job vector for the next one (no allocation per
-    /// tick), and keeps none past `SPARE_JOBS_MAX`. A panicking task mid-batch does not stop
-    /// the batch or the reuse.
-    #[test]
-    fn an_inline_advance_reuses_its_job_vector() {
-        let clock = ManualClock::new(0);
-        let timer: SystemTimer = SystemTimer::builder()
-            .clock(clock.clone())
-            .reaper(false)
-            .inline()
-            .build();
-        let ran = std::sync::Arc::new(AtomicUsize::new(0));
-        let add = |n: usize, at_ms: u64| {
-            for i in 0..n {
-                let r = ran.clone();
-                timer
-                    .add_at(Duration::from_millis(at_ms), move || {
-                        assert!(i != 1, "task 1 panics");
-                        r.fetch_add(1, SeqCst);
-                    })
-                    .unwrap();
-            }
-        };
-        add(40, 5);
-        clock.set_ms(5);
-        assert_eq!(timer.advance(), 40);
-        assert_eq!(ran.load(SeqCst), 39);
-        let spare = timer.inner.spare_jobs.take();
-        assert!(spare.is_empty() && spare.capacity() >= 40);
-        let kept = spare.as_ptr();
-        timer.inner.spare_jobs.put(spare);
-        add(30, 10);
-        clock.set_ms(10);
-        assert_eq!(timer.advance(), 30);
-        let spare = timer.inner.spare_jobs.take();
-        assert_eq!(spare.as_ptr(), kept, "the same allocation, reused");
-        // A batch larger than the bound is not kept.
-        add(super::SPARE_JOBS_MAX + 1, 15);
-        clock.set_ms(15);
-        assert_eq!(timer.advance(), super::SPARE_JOBS_MAX + 1);
-        assert_eq!(timer.inner.spare_jobs.take().capacity(), 0);
-        assert_eq!(timer.stats().panicked, 3);
-        // What `SPARE_JOBS_MAX` documents: at most 32 KiB kept idle.
-        assert!(std::mem::size_of::<super::Job<crate::Task>>() * super::SPARE_JOBS_MAX <= 32 << 10);
     }
 }
