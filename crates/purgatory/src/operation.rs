@@ -424,9 +424,16 @@ impl Purger {
         self.purges.load(Ordering::Relaxed)
     }
 
-    /// True while a scheduled purge has not run yet.
-    pub(crate) fn is_scheduled(&self) -> bool {
-        self.scheduled.load(Ordering::Acquire)
+    /// Runs the scheduled purge, if one is scheduled and has not run yet (its timer task, or a
+    /// hand-driven advance that finds it scheduled: whichever comes first; the other does
+    /// nothing). True if it ran. The flag is cleared first: a purge made due while this one
+    /// sweeps schedules another (what this one no longer sees is left for it), never none.
+    pub(crate) fn run_scheduled(&self) -> bool {
+        if !self.scheduled.swap(false, Ordering::AcqRel) {
+            return false;
+        }
+        self.run();
+        true
     }
 
     /// Schedules a purge on `timer` unless one is scheduled already. May run under an op lock
@@ -439,10 +446,7 @@ impl Purger {
         }
         let purger = Arc::clone(this);
         let task = system_timer::Task::new(move || {
-            // Cleared first: a purge made due while this one sweeps schedules another (what
-            // this one no longer sees is left for it), never none.
-            purger.scheduled.store(false, Ordering::Release);
-            purger.run();
+            purger.run_scheduled();
         });
         if timer.add(std::time::Duration::ZERO, task).is_err() {
             // Shut down: no purge is needed any more.

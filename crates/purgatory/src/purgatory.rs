@@ -580,12 +580,9 @@ where
     /// `.reaper(false)`): runs due expiries, and the purge when one is due (one these expiries
     /// made due included), on this thread in inline mode. Returns the number of timer tasks run.
     pub fn advance(&self) -> usize {
-        let timer = &self.inner.common.timer;
-        let mut n = timer.advance();
-        if self.inner.common.purger.is_scheduled() {
-            n += timer.advance();
-        }
-        n
+        let common = &self.inner.common;
+        // A scheduled purge's zero-delay task waits for the timer's next tick: run it here.
+        common.timer.advance() + usize::from(common.purger.run_scheduled())
     }
 
     /// The timer the purgatory uses.
