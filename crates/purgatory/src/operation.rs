@@ -243,7 +243,8 @@ pub(crate) struct Common {
     purge_interval: usize,
     /// Schedules and runs the purges.
     pub(crate) purger: Arc<Purger>,
-    /// Operations handed back without completing (rare: one shared counter).
+    /// Operations handed back without completing (rare: shutdown, refused watches, takes; one
+    /// shared counter, not striped).
     handed_back: AtomicU64,
     /// Set by `check_and_complete` (keys are being scanned, empty cells included), cleared when
     /// a purge becomes due.
@@ -374,9 +375,9 @@ impl Common {
             + self.sum(|s| &s.done_unwatched)) as usize
     }
 
-    /// `n` operations were handed back without completing.
-    pub(crate) fn handed_back_add(&self, n: usize) {
-        self.handed_back.fetch_add(n as u64, Ordering::Relaxed);
+    /// An operation was handed back without completing.
+    fn handed_back_add(&self) {
+        self.handed_back.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn handed_back(&self) -> u64 {
@@ -621,12 +622,14 @@ impl<Op: DelayedOperation> OpCell<Op> {
         }
     }
 
-    /// Under the op lock: takes a pending operation out without completing it (shutdown, or a
-    /// watch refused because the purgatory closed). Disarms its timer.
+    /// Under the op lock: takes a pending operation out without completing it (shutdown, a
+    /// watch or arm refused, [`OperationHandle::take`]). Disarms its timer and counts it as
+    /// handed back.
     pub(crate) fn hand_back_locked(&self, st: &mut OpState<Op>) -> Op {
         debug_assert!(!self.is_completed());
         self.completed.store(true, Ordering::Release);
         self.disarm_locked(st, false);
+        self.common.handed_back_add();
         st.op.take().expect("a pending operation holds its op")
     }
 
@@ -728,10 +731,7 @@ impl<Op: DelayedOperation> OperationHandle<Op> {
         if self.cell.is_completed() {
             return None;
         }
-        let op = self.cell.hand_back_locked(&mut st);
-        drop(st);
-        self.cell.common.handed_back_add(1);
-        Some(op)
+        Some(self.cell.hand_back_locked(&mut st))
     }
 }
 

@@ -80,7 +80,7 @@ struct Inner<K, Op> {
     common: Arc<Common>,
     /// What each new cell holds to reach `common` (one reference count per stripe).
     refs: CommonRefs,
-    /// Rare (shutdown, refused watches): not striped, unlike `accepted` (in `common`).
+    /// Set by shutdown: later watches are refused.
     closed: AtomicBool,
 }
 
@@ -440,7 +440,6 @@ where
                 // Closed under us: hand the operation back; cells already appended are empty
                 // shells the shutdown's drain skips.
                 let op = cell.hand_back_locked(&mut st);
-                inner.common.handed_back_add(1);
                 return Err(WatchError::Shutdown(op));
             }
             st.watched = true;
@@ -466,7 +465,6 @@ where
             Err(ScheduleError::Shutdown(_) | ScheduleError::Full(_)) => {
                 // The timer refused: never leave an operation that can no longer expire.
                 let op = cell.hand_back_locked(&mut st);
-                inner.common.handed_back_add(1);
                 return Err(WatchError::Shutdown(op));
             }
         }
@@ -633,7 +631,6 @@ where
                 out.push(cell.hand_back_locked(&mut st));
             }
         }
-        inner.common.handed_back_add(out.len());
         if inner.own_timer {
             // Its remaining tasks are expiries of operations handed back above (now no-ops)
             // and purges: dropping them is right.

@@ -144,6 +144,19 @@ fn manual_purging(clock: &ManualClock, n: usize) -> Purgatory<&'static str, Op> 
         .build()
 }
 
+/// Watches every probe's operation on `keys` with `timeout`.
+fn watch_all(
+    p: &Purgatory<&'static str, Op>,
+    probes: &[Probe],
+    timeout: Duration,
+    keys: &[&'static str],
+) {
+    for probe in probes {
+        p.try_complete_else_watch(probe.op(), timeout, keys)
+            .unwrap();
+    }
+}
+
 /// An operation not ready at watch time completes when it becomes ready and its key is checked;
 /// the check drops the emptied key; the timer entry is gone at once.
 #[test]
@@ -227,10 +240,7 @@ fn watched_and_delayed_as_operations_complete_on_some_keys() {
     let clock = ManualClock::new(0);
     let p = manual(&clock);
     let probes: Vec<Probe> = (0..32).map(|_| Probe::default()).collect();
-    for probe in &probes {
-        p.try_complete_else_watch(probe.op(), LONG, &["a", "b"])
-            .unwrap();
-    }
+    watch_all(&p, &probes, LONG, &["a", "b"]);
     assert_eq!((p.watched(), p.delayed()), (64, 32));
     probes[0].set_ready();
     assert_eq!(p.check_and_complete(&"a"), 1);
@@ -717,10 +727,7 @@ fn count_triggered_purge_runs_when_a_manual_purgatory_advances() {
     let clock = ManualClock::new(0);
     let p = manual_purging(&clock, 10);
     let probes: Vec<Probe> = (0..40).map(|_| Probe::default()).collect();
-    for probe in &probes {
-        p.try_complete_else_watch(probe.op(), LONG, &["a", "b"])
-            .unwrap();
-    }
+    watch_all(&p, &probes, LONG, &["a", "b"]);
     // Complete 12 through "a" one by one (each check completes one, below the sweep ratio on
     // "b", which is never checked).
     for probe in probes.iter().take(12) {
@@ -789,10 +796,7 @@ fn expiries_alone_schedule_the_purge_and_one_advance_runs_it() {
     let clock = ManualClock::new(0);
     let p = manual_purging(&clock, 4);
     let probes: Vec<Probe> = (0..10).map(|_| Probe::default()).collect();
-    for probe in &probes {
-        p.try_complete_else_watch(probe.op(), 10 * MS, &["a", "b"])
-            .unwrap();
-    }
+    watch_all(&p, &probes, 10 * MS, &["a", "b"]);
     assert_eq!(p.watched(), 20);
     clock.set_ms(20);
     p.advance();

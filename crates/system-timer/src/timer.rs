@@ -929,8 +929,7 @@ impl<T: TimerTask> Inner<T> {
     /// [`SystemTimer::advance_if_due`]: advances the wheel for the reaper if it waits for help
     /// past a bucket that is due by now (see `help_at_ns`). One relaxed load when it does not
     /// (the line is written once per tick, so it stays shared in the callers' caches), a cheap
-    /// clock reading when it does.
-    /// `now` gives the clock reading to judge by, read only once help is wanted.
+    /// clock reading when it does: `now` gives it, called only once help is wanted.
     #[cfg(not(loom))]
     #[inline]
     pub(crate) fn help(&self, now: impl FnOnce() -> u64) -> usize {
