@@ -13,8 +13,8 @@
 //!   ([`Builder::ready_test`](crate::Builder::ready_test)): a check runs them with no lock
 //!   held, and only to skip the operation (they change no state).
 //! * `completed` goes `false → true` exactly once, under the op lock, by [`OpCell::complete_locked`]
-//!   or by a hand-back ([`OpCell::hand_back_locked`]: shutdown, a watch or arm refused, or
-//!   [`OperationHandle::take`]). Whoever sets it runs `on_complete` (then `on_expiration` if
+//!   or by a hand-back ([`OpCell::hand_back_locked`]: shutdown, a watch or arm refused,
+//!   [`OperationHandle::take`], or `try_complete` panicking inside `try_complete_else_watch`). Whoever sets it runs `on_complete` (then `on_expiration` if
 //!   expiry won) in the same lock hold, so `on_complete` runs exactly once. `try_complete` is
 //!   never called once `completed` is set (every caller checks it under the lock first).
 //! * Completion disarms the timer entry (cancel, in the same lock hold) and **drops the
@@ -623,7 +623,8 @@ impl<Op: DelayedOperation> OpCell<Op> {
     }
 
     /// Under the op lock: takes a pending operation out without completing it (shutdown, a
-    /// watch or arm refused, [`OperationHandle::take`]). Disarms its timer and counts it as
+    /// watch or arm refused, [`OperationHandle::take`], a panic in a first or second try).
+    /// Disarms its timer and counts it as
     /// handed back.
     pub(crate) fn hand_back_locked(&self, st: &mut OpState<Op>) -> Op {
         debug_assert!(!self.is_completed());

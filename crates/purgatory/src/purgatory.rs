@@ -3,14 +3,17 @@
 use std::fmt;
 use std::hash::Hash;
 use std::marker::PhantomData;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
 use system_timer::{Clock, ScheduleError, SystemTimer, Task};
 
 use crate::error::WatchError;
-use crate::operation::{Common, CommonRefs, DelayedOperation, OpCell, OperationHandle, Purger};
+use crate::operation::{
+    Common, CommonRefs, DelayedOperation, OpCell, OpState, OperationHandle, Purger,
+};
 use crate::sync::atomic::{AtomicBool, Ordering};
-use crate::sync::Arc;
+use crate::sync::{Arc, MutexGuard};
 use crate::watchers::{Entry, WatchMap, NO_ARG};
 
 /// A check sweeps its key once the completed entries it saw are at least `1 / SWEEP_FRACTION` of
@@ -56,7 +59,8 @@ pub struct PurgatoryStats {
     /// Operations completed by expiry.
     pub expired: u64,
     /// Operations handed back without completing: by shutdown, refused mid-watch by a
-    /// shutdown, or taken back through their handle ([`OperationHandle::take`]).
+    /// shutdown, taken back through their handle ([`OperationHandle::take`]), or dropped
+    /// because their `try_complete` panicked in [`Purgatory::try_complete_else_watch`].
     ///
     /// [`OperationHandle::take`]: crate::OperationHandle::take
     pub handed_back: u64,
@@ -146,7 +150,10 @@ pub struct Builder<K, Op> {
 
 /// The purgatory's ready test (see [`Builder::ready_test`]). `std`'s `Arc` even under loom:
 /// immutable shared data, not part of any protocol a model checks.
-type ReadyTest<K> = std::sync::Arc<dyn Fn(&K, u64) -> bool + Send + Sync>;
+type ReadyTest<K> = std::sync::Arc<ReadyTestFn<K>>;
+
+/// The function behind a [`ReadyTest`].
+type ReadyTestFn<K> = dyn Fn(&K, u64) -> bool + Send + Sync;
 
 // ===== impl Builder =====
 
@@ -403,6 +410,13 @@ where
     /// [`WatchError::Shutdown`] after shutdown, or if the timer refused the operation (the
     /// operation is handed back; if the shutdown raced this call, `try_complete` may have run,
     /// `on_complete` never).
+    ///
+    /// # Panics
+    ///
+    /// A panic in the operation's `try_complete` goes on to the caller after the operation has
+    /// been taken out of the purgatory and dropped (counted under
+    /// [`handed_back`](PurgatoryStats::handed_back); never left watched without a timer). One in
+    /// `on_complete` goes on after the operation has completed.
     #[doc(alias = "tryCompleteElseWatch")]
     pub fn try_complete_else_watch(
         &self,
@@ -425,7 +439,7 @@ where
         };
         let cell = &handle.cell;
         let mut st = cell.lock();
-        if cell.try_complete_locked(&mut st) {
+        if try_complete_or_hand_back(cell, &mut st) {
             drop(st);
             return Ok(Watched {
                 completed: true,
@@ -445,7 +459,7 @@ where
             st.watched = true;
         }
         let timer = &inner.common.timer;
-        if cell.try_complete_locked(&mut st) {
+        if try_complete_or_hand_back(cell, &mut st) {
             drop(st);
             timer.advance_if_due();
             return Ok(Watched {
@@ -485,6 +499,13 @@ where
     /// skipped without reading it; one with a [`ReadyHint`](crate::ReadyHint) that says not
     /// ready, without its lock. Returns how many this call completed. Runs no user code under
     /// any map lock. Drops the key's list once every operation on it has completed.
+    ///
+    /// # Panics
+    ///
+    /// If an operation's code (or the ready test, or a hint) panics, the check still visits the
+    /// rest of the list, then raises the first panic again. An operation whose `try_complete`
+    /// panicked stays pending (armed and watched, tried again at the next check); one whose
+    /// `on_complete` panicked has completed.
     #[doc(alias = "checkAndComplete")]
     pub fn check_and_complete(&self, key: &K) -> usize {
         let inner = &self.inner;
@@ -492,31 +513,42 @@ where
         let Some(list) = inner.watchers.snapshot(key) else {
             return 0;
         };
-        let mut completed = 0;
-        let mut done = 0;
+        let (mut completed, mut done) = (0, 0);
+        // A panic of the operations' code (or the ready test's) does not end the scan, so that
+        // one faulty operation does not cost the others this check: the scan resumes after the
+        // entry that panicked, and the first panic is raised again at the end. One
+        // `catch_unwind` per resumption, not per entry: the loop inside stays tight.
+        let mut panic = None;
         let test = inner.ready_test.as_deref();
-        for entry in list.iter() {
-            if let Some(test) = test {
-                if entry.arg != NO_ARG && !test(key, entry.arg) {
-                    // The purgatory's ready test rules it out: skipped without reading it.
-                    continue;
+        let mut next = 0;
+        while next < list.len() {
+            let scan = catch_unwind(AssertUnwindSafe(|| {
+                // The counts in locals (registers): only `next` must survive a panic. After
+                // one, the counts of that stretch of the scan are lost, which only makes the
+                // sweep below less likely (the return value is not seen: the panic goes on).
+                let (mut completed, mut done) = (0, 0);
+                for entry in &list[next..] {
+                    // Advanced before the visit: after a panic, `next` is past the entry.
+                    next += 1;
+                    match visit(key, entry, test) {
+                        Visit::Skipped => {}
+                        Visit::Done => done += 1,
+                        Visit::Completed => {
+                            completed += 1;
+                            done += 1;
+                        }
+                    }
                 }
-            }
-            let cell = &entry.cell;
-            if cell.is_completed() {
-                done += 1;
-                continue;
-            }
-            if !cell.may_complete() {
-                // Its ReadyHint says not ready: skipped without the lock.
-                continue;
-            }
-            let mut st = cell.lock();
-            if cell.is_completed() {
-                done += 1;
-            } else if cell.try_complete_locked(&mut st) {
-                completed += 1;
-                done += 1;
+                (completed, done)
+            }));
+            match scan {
+                Ok((c, d)) => {
+                    completed += c;
+                    done += d;
+                }
+                // A panic in `try_complete` leaves the operation pending (tried again at the
+                // next check; it still expires); one in `on_complete`, completed.
+                Err(payload) => drop(panic.get_or_insert(payload)),
             }
         }
         let len = list.len();
@@ -530,6 +562,9 @@ where
         // 50,000/s: about a fifth less completer CPU than sweeping at half the list).
         if done > 0 && done * SWEEP_FRACTION >= len {
             inner.watchers.sweep_key(key);
+        }
+        if let Some(payload) = panic {
+            resume_unwind(payload);
         }
         completed
     }
@@ -694,6 +729,69 @@ where
             .field("name", &self.inner.name)
             .field("delayed", &self.inner.common.delayed())
             .finish()
+    }
+}
+
+/// What a check's visit of one watch-list entry found.
+enum Visit {
+    /// Pending, and ruled out (by the ready test or the hint) or not ready.
+    Skipped,
+    /// Completed already.
+    Done,
+    /// Completed by this visit.
+    Completed,
+}
+
+/// A check's visit of one entry of `key`'s list: the ready test, the hint, then the op lock and
+/// `try_complete`.
+#[inline]
+fn visit<K, Op: DelayedOperation>(
+    key: &K,
+    entry: &Entry<Op>,
+    test: Option<&ReadyTestFn<K>>,
+) -> Visit {
+    if let Some(test) = test {
+        if entry.arg != NO_ARG && !test(key, entry.arg) {
+            // The purgatory's ready test rules it out: skipped without reading it.
+            return Visit::Skipped;
+        }
+    }
+    let cell = &entry.cell;
+    if cell.is_completed() {
+        return Visit::Done;
+    }
+    if !cell.may_complete() {
+        // Its ReadyHint says not ready: skipped without the lock.
+        return Visit::Skipped;
+    }
+    let mut st = cell.lock();
+    if cell.is_completed() {
+        Visit::Done
+    } else if cell.try_complete_locked(&mut st) {
+        Visit::Completed
+    } else {
+        Visit::Skipped
+    }
+}
+
+/// One try of `try_complete_else_watch`, under the op lock. A panic in the operation's code
+/// leaves nothing of it in the purgatory: if `try_complete` panicked, the operation (still
+/// pending; perhaps already watched, never armed) is handed back and dropped (under the lock, as
+/// a completed one is) before the panic goes on to the caller, who gets no handle to it. (If `on_complete`
+/// panicked, the operation has already completed, and nothing is left to do.)
+#[inline]
+fn try_complete_or_hand_back<Op: DelayedOperation>(
+    cell: &OpCell<Op>,
+    st: &mut MutexGuard<'_, OpState<Op>>,
+) -> bool {
+    match catch_unwind(AssertUnwindSafe(|| cell.try_complete_locked(st))) {
+        Ok(ready) => ready,
+        Err(payload) => {
+            if !cell.is_completed() {
+                drop(cell.hand_back_locked(st));
+            }
+            resume_unwind(payload)
+        }
     }
 }
 

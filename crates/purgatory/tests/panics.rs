@@ -1,0 +1,191 @@
+//! A panic in an operation's code (`try_complete`, `on_complete`) never leaves the purgatory
+//! inconsistent and never costs other operations their completion (manual clock).
+#![cfg(not(loom))]
+#![allow(clippy::disallowed_methods, clippy::disallowed_types)] // std atomics in tests
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::Duration;
+
+use purgatory::{DelayedOperation, Purgatory};
+use system_timer::ManualClock;
+
+const TIMEOUT: Duration = Duration::from_millis(100);
+
+/// What the test can see of one operation.
+#[derive(Default)]
+struct Seen {
+    ready: AtomicBool,
+    /// `try_complete` calls so far.
+    tries: AtomicUsize,
+    /// `try_complete` panics at this call (1-based); 0: never.
+    panic_at_try: AtomicUsize,
+    /// `on_complete` panics.
+    panic_on_complete: AtomicBool,
+    completions: AtomicUsize,
+    expirations: AtomicUsize,
+    drops: AtomicUsize,
+}
+
+struct Faulty(Arc<Seen>);
+
+impl DelayedOperation for Faulty {
+    fn try_complete(&mut self) -> bool {
+        let n = self.0.tries.fetch_add(1, SeqCst) + 1;
+        if n == self.0.panic_at_try.load(SeqCst) {
+            panic!("try_complete panics at try {n}");
+        }
+        self.0.ready.load(SeqCst)
+    }
+    fn on_complete(&mut self) {
+        self.0.completions.fetch_add(1, SeqCst);
+        if self.0.panic_on_complete.load(SeqCst) {
+            panic!("on_complete panics");
+        }
+    }
+    fn on_expiration(&mut self) {
+        self.0.expirations.fetch_add(1, SeqCst);
+    }
+}
+
+impl Drop for Faulty {
+    fn drop(&mut self) {
+        self.0.drops.fetch_add(1, SeqCst);
+    }
+}
+
+fn manual(clock: &ManualClock) -> Purgatory<&'static str, Faulty> {
+    Purgatory::builder()
+        .clock(clock.clone())
+        .reaper(false)
+        .build()
+}
+
+fn seen(panic_at_try: usize) -> Arc<Seen> {
+    let s = Arc::new(Seen::default());
+    s.panic_at_try.store(panic_at_try, SeqCst);
+    s
+}
+
+/// Watches a `Faulty` over `seen` on `keys`; Err if the call panicked.
+fn watch(
+    p: &Purgatory<&'static str, Faulty>,
+    seen: &Arc<Seen>,
+    keys: &[&'static str],
+) -> Result<purgatory::OperationHandle<Faulty>, ()> {
+    catch_unwind(AssertUnwindSafe(|| {
+        p.try_complete_else_watch(Faulty(seen.clone()), TIMEOUT, keys)
+            .map(|w| w.handle)
+            .map_err(|_| ())
+    }))
+    .map_err(|_| ())?
+}
+
+#[test]
+fn a_panic_in_the_first_try_drops_the_operation_and_counts_it_handed_back() {
+    let clock = ManualClock::new(0);
+    let p = manual(&clock);
+    let s = seen(1);
+    assert!(
+        watch(&p, &s, &["k"]).is_err(),
+        "the panic reaches the caller"
+    );
+    assert_eq!(s.drops.load(SeqCst), 1, "the operation was dropped");
+    assert_eq!(s.completions.load(SeqCst), 0);
+    let st = p.stats();
+    assert_eq!((st.accepted, st.handed_back, st.delayed), (1, 1, 0));
+    assert_eq!(p.watched(), 0);
+    p.check_invariants();
+}
+
+#[test]
+fn a_panic_in_the_second_try_leaves_nothing_watched_without_a_timer() {
+    let clock = ManualClock::new(0);
+    let p = manual(&clock);
+    let s = seen(2);
+    assert!(
+        watch(&p, &s, &["a", "b"]).is_err(),
+        "the panic reaches the caller"
+    );
+    assert_eq!(
+        s.drops.load(SeqCst),
+        1,
+        "the operation was dropped, not left watched"
+    );
+    let st = p.stats();
+    assert_eq!((st.accepted, st.handed_back, st.delayed), (1, 1, 0));
+    p.check_invariants();
+    // What the watch appended are empty cells: a shutdown finds nothing to hand back, a check
+    // calls no code of the operation, and the timeout passes without an expiry.
+    s.ready.store(true, SeqCst);
+    assert_eq!(p.check_and_complete(&"a"), 0);
+    clock.advance(TIMEOUT * 2);
+    p.advance();
+    assert_eq!(s.tries.load(SeqCst), 2);
+    assert_eq!(s.completions.load(SeqCst), 0);
+    assert_eq!(s.expirations.load(SeqCst), 0);
+    assert!(p.shutdown().is_empty());
+}
+
+#[test]
+fn a_panic_in_one_try_complete_does_not_cost_the_others_their_check() {
+    let clock = ManualClock::new(0);
+    let p = manual(&clock);
+    // The faulty operation first in the key's list (its two tries in the watch pass, the
+    // check's panics), then two that the check finds ready.
+    let faulty = seen(3);
+    let others = [seen(0), seen(0)];
+    let h = watch(&p, &faulty, &["k"]).unwrap();
+    for s in &others {
+        watch(&p, s, &["k"]).unwrap();
+    }
+    for s in &others {
+        s.ready.store(true, SeqCst);
+    }
+    let checked = catch_unwind(AssertUnwindSafe(|| p.check_and_complete(&"k")));
+    assert!(checked.is_err(), "the panic is raised again after the scan");
+    for s in &others {
+        assert_eq!(s.completions.load(SeqCst), 1, "completed despite the panic");
+    }
+    // The faulty one stays pending, watched and armed: a later check tries it again, and
+    // without one it expires.
+    assert!(!h.is_completed());
+    assert_eq!(p.delayed(), 1);
+    p.check_invariants();
+    assert_eq!(p.check_and_complete(&"k"), 0);
+    assert_eq!(faulty.tries.load(SeqCst), 4);
+    clock.advance(TIMEOUT);
+    p.advance();
+    assert_eq!(faulty.completions.load(SeqCst), 1);
+    assert_eq!(faulty.expirations.load(SeqCst), 1);
+    assert_eq!(p.delayed(), 0);
+    p.check_invariants();
+}
+
+#[test]
+fn a_panic_in_one_on_complete_completes_it_and_the_check_goes_on() {
+    let clock = ManualClock::new(0);
+    let p = manual(&clock);
+    let faulty = seen(0);
+    faulty.panic_on_complete.store(true, SeqCst);
+    let other = seen(0);
+    let h = watch(&p, &faulty, &["k"]).unwrap();
+    watch(&p, &other, &["k"]).unwrap();
+    faulty.ready.store(true, SeqCst);
+    other.ready.store(true, SeqCst);
+    assert!(catch_unwind(AssertUnwindSafe(|| p.check_and_complete(&"k"))).is_err());
+    assert!(h.is_completed(), "on_complete ran: the operation completed");
+    assert_eq!(faulty.completions.load(SeqCst), 1);
+    assert_eq!(faulty.drops.load(SeqCst), 1, "and was dropped");
+    assert_eq!(other.completions.load(SeqCst), 1);
+    let st = p.stats();
+    assert_eq!((st.completed, st.delayed, st.handed_back), (2, 0, 0));
+    // Every entry of the list completed: the check swept the key despite the panic.
+    assert_eq!(p.watched(), 0);
+    clock.advance(TIMEOUT * 2);
+    p.advance();
+    assert_eq!(faulty.completions.load(SeqCst), 1, "never completed twice");
+    assert_eq!(faulty.expirations.load(SeqCst), 0);
+    p.check_invariants();
+}
