@@ -5,14 +5,48 @@
 //!
 //! Only [`Parker`](crate::reaper::Parker) uses it, under the parker's mutex (see the ground rules
 //! there): the alarm holds no state of its own beyond the kernel's timer.
+//!
+//! A wake-up time is set **absolute** (`TFD_TIMER_ABSTIME`), as a [`Stamp`] of the alarm's clock
+//! taken *before* the timer's clock was read to compute the sleep, plus that sleep. A relative
+//! setting would count from the moment of the `timerfd_settime` call, so a thread descheduled
+//! between its reading and the call (a caller advancing the wheel for the reaper, or the reaper
+//! itself) would push the reaper's wake-up later by as long as it was off the CPU. With the stamp
+//! taken first, the alarm can only be early (by the few nanoseconds between the two readings, or
+//! more if descheduled right there): the reaper then finds nothing due and sleeps again.
 
 use std::time::Duration;
 
 use rustix::fd::OwnedFd;
 use rustix::time::{
-    timerfd_create, timerfd_settime, Itimerspec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags,
-    Timespec,
+    clock_gettime, timerfd_create, timerfd_settime, ClockId, Itimerspec, TimerfdClockId,
+    TimerfdFlags, TimerfdTimerFlags, Timespec,
 };
+
+/// A reading of the alarm's clock (`CLOCK_MONOTONIC`): the base of an absolute wake-up time.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Stamp(Timespec);
+
+impl Stamp {
+    /// The alarm's clock now. Take it before reading the timer's clock for a sleep's length.
+    pub(crate) fn now() -> Self {
+        Stamp(clock_gettime(ClockId::Monotonic))
+    }
+
+    /// This reading plus `d` (saturating far in the future).
+    #[allow(clippy::useless_conversion)] // `tv_nsec` is not an `i64` on every target
+    fn plus(self, d: Duration) -> Timespec {
+        let nanos = i64::from(self.0.tv_nsec) + i64::from(d.subsec_nanos());
+        let secs = i64::try_from(d.as_secs())
+            .unwrap_or(i64::MAX / 2)
+            .min(i64::MAX / 2)
+            .saturating_add(self.0.tv_sec)
+            .saturating_add(nanos / 1_000_000_000);
+        Timespec {
+            tv_sec: secs,
+            tv_nsec: (nanos % 1_000_000_000) as _,
+        }
+    }
+}
 
 /// A one-shot monotonic kernel timer that one thread blocks on.
 #[derive(Debug)]
@@ -28,30 +62,33 @@ impl Alarm {
             .map(|fd| Alarm { fd })
     }
 
-    /// Sets the alarm to fire `after` from now (`Duration::ZERO`: at once), or disarms it
-    /// (`None`). Setting it clears a firing not yet waited for. False if the kernel refused (the
-    /// caller must then not block on [`wait`](Self::wait)).
-    pub(crate) fn set(&self, after: Option<Duration>) -> bool {
+    /// Sets the alarm to fire `after` past `stamp` (at once if that time has passed), or
+    /// disarms it (`after` = `None`). Setting it clears a firing not yet waited for. False if
+    /// the kernel refused (the caller must then not block on [`wait`](Self::wait)).
+    pub(crate) fn set(&self, stamp: Stamp, after: Option<Duration>) -> bool {
+        self.set_abs(after.map(|d| stamp.plus(d)))
+    }
+
+    /// Makes the alarm fire at once.
+    pub(crate) fn fire(&self) -> bool {
+        // One nanosecond after the clock's origin: long past (zero would disarm).
+        self.set_abs(Some(Timespec {
+            tv_sec: 0,
+            tv_nsec: 1,
+        }))
+    }
+
+    /// Sets the alarm to fire at `at` on its clock, or disarms it (`None`).
+    fn set_abs(&self, at: Option<Timespec>) -> bool {
         let zero = Timespec {
             tv_sec: 0,
             tv_nsec: 0,
         };
-        let value = match after {
-            None => zero,
-            Some(d) => {
-                // A zero value would disarm: "at once" is one nanosecond.
-                let d = d.max(Duration::from_nanos(1));
-                Timespec {
-                    tv_sec: i64::try_from(d.as_secs()).unwrap_or(i64::MAX / 2),
-                    tv_nsec: d.subsec_nanos().into(),
-                }
-            }
-        };
         let spec = Itimerspec {
             it_interval: zero,
-            it_value: value,
+            it_value: at.unwrap_or(zero),
         };
-        timerfd_settime(&self.fd, TimerfdTimerFlags::empty(), &spec).is_ok()
+        timerfd_settime(&self.fd, TimerfdTimerFlags::ABSTIME, &spec).is_ok()
     }
 
     /// Blocks until the alarm fires; returns at once if it fired since it was last set. May
@@ -71,23 +108,56 @@ mod tests {
     #[allow(clippy::disallowed_methods)] // measuring how long a wait took
     fn fires_once_set_and_can_be_moved_later() {
         let a = Alarm::new().expect("timerfd");
-        assert!(a.set(Some(Duration::ZERO)));
+        assert!(a.fire());
         let t0 = Instant::now();
         a.wait(); // already fired: returns at once
         assert!(t0.elapsed() < Duration::from_secs(5));
         // Moved later before it fires: the wait lasts at least the later time.
-        assert!(a.set(Some(Duration::from_millis(1))));
-        assert!(a.set(Some(Duration::from_millis(30))));
         let t0 = Instant::now();
+        let stamp = Stamp::now();
+        assert!(a.set(stamp, Some(Duration::from_millis(1))));
+        assert!(a.set(stamp, Some(Duration::from_millis(30))));
         a.wait();
         assert!(
             t0.elapsed() >= Duration::from_millis(30),
             "{:?}",
             t0.elapsed()
         );
-        // Disarming then firing at once.
-        assert!(a.set(None));
-        assert!(a.set(Some(Duration::ZERO)));
+        // Disarming then firing at once; a time already past fires at once too.
+        assert!(a.set(stamp, None));
+        assert!(a.fire());
         a.wait();
+        assert!(a.set(stamp, Some(Duration::from_millis(1))));
+        a.wait();
+    }
+
+    /// The wake-up counts from the stamp, not from the `set` call: a setter descheduled between
+    /// its reading and the call (here it sleeps 500 ms) does not delay the alarm by as much.
+    #[test]
+    #[allow(clippy::disallowed_methods)] // measuring how long a wait took
+    fn the_wake_up_counts_from_the_stamp_not_from_the_set_call() {
+        let a = Alarm::new().expect("timerfd");
+        let t0 = Instant::now();
+        let stamp = Stamp::now();
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(a.set(stamp, Some(Duration::from_millis(600))));
+        a.wait();
+        let waited = t0.elapsed();
+        // Never early; and set relative to the call it would fire at 1100 ms at the earliest.
+        // The 500 ms between the two is the (generous) allowance for a late wake-up.
+        assert!(waited >= Duration::from_millis(600), "{waited:?}");
+        assert!(waited < Duration::from_millis(1100), "{waited:?}");
+    }
+
+    #[test]
+    fn a_stamp_plus_a_duration_carries_the_nanoseconds() {
+        let s = Stamp(Timespec {
+            tv_sec: 5,
+            tv_nsec: 900_000_000,
+        });
+        let t = s.plus(Duration::new(2, 300_000_000));
+        assert_eq!((t.tv_sec, t.tv_nsec), (8, 200_000_000));
+        let far = s.plus(Duration::MAX);
+        assert!(far.tv_sec >= i64::MAX / 2, "saturates far in the future");
     }
 }

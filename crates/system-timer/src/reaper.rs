@@ -88,18 +88,30 @@ impl Parker {
         *n = false;
     }
 
-    /// The reaper's sleep: [`park`](Self::park), but on the alarm when there is one, so that
-    /// [`rearm`](Self::rearm) can move the wake-up time. Only the reaper calls it.
-    pub(crate) fn park_reaper(&self, timeout: Option<Duration>) {
+    /// A reading of the alarm's clock (when there is an alarm), to take **before** reading the
+    /// timer's clock for the length of a sleep that [`park_reaper`](Self::park_reaper) or
+    /// [`rearm`](Self::rearm) then sets: the alarm counts that length from this stamp, so a
+    /// thread descheduled in between does not push the wake-up later (see `alarm.rs`).
+    pub(crate) fn stamp(&self) -> Stamp {
         #[cfg(target_os = "linux")]
-        if let Some(alarm) = &self.alarm {
+        return Stamp(self.alarm.as_ref().map(|_| crate::alarm::Stamp::now()));
+        #[cfg(not(target_os = "linux"))]
+        Stamp(())
+    }
+
+    /// The reaper's sleep: [`park`](Self::park), but on the alarm when there is one, so that
+    /// [`rearm`](Self::rearm) can move the wake-up time; `timeout` counts from `stamp`
+    /// ([`stamp`](Self::stamp)). Only the reaper calls it.
+    pub(crate) fn park_reaper(&self, stamp: Stamp, timeout: Option<Duration>) {
+        #[cfg(target_os = "linux")]
+        if let (Some(alarm), Some(stamp)) = (&self.alarm, stamp.0) {
             {
                 let mut n = self.notified.lock();
                 if *n || timeout.is_some_and(|d| d.is_zero()) {
                     *n = false;
                     return;
                 }
-                if !alarm.set(timeout) {
+                if !alarm.set(stamp, timeout) {
                     drop(n);
                     return self.park(timeout);
                 }
@@ -111,6 +123,7 @@ impl Parker {
             *self.notified.lock() = false;
             return;
         }
+        let _ = stamp;
         self.park(timeout);
     }
 
@@ -121,7 +134,7 @@ impl Parker {
         self.cv.notify_one();
         #[cfg(target_os = "linux")]
         if let Some(alarm) = &self.alarm {
-            alarm.set(Some(Duration::ZERO));
+            alarm.fire();
         }
     }
 
@@ -130,26 +143,39 @@ impl Parker {
         self.epoch.load(Ordering::Acquire)
     }
 
-    /// Calls `publish` and moves the reaper's alarm to `timeout` from now (`None`: until
-    /// unparked), unless an unpark is pending or came since `epoch` was read (an add may have
+    /// Calls `publish` and moves the reaper's alarm to `timeout` past `stamp` (taken before the
+    /// reading `timeout` was computed from; `None`: until unparked), unless an unpark is pending or came since `epoch` was read (an add may have
     /// queued an earlier bucket than the one `timeout` was computed from: the unparked reaper
     /// publishes and sets its alarm from a fresh reading). No alarm move without an alarm: the
     /// reaper then wakes at the time it chose, finds nothing due and sleeps again.
-    pub(crate) fn rearm(&self, epoch: u64, timeout: Option<Duration>, publish: impl FnOnce()) {
+    pub(crate) fn rearm(
+        &self,
+        epoch: u64,
+        stamp: Stamp,
+        timeout: Option<Duration>,
+        publish: impl FnOnce(),
+    ) {
         let n = self.notified.lock();
         if *n || self.epoch.load(Ordering::Acquire) != epoch {
             return;
         }
         publish();
         #[cfg(target_os = "linux")]
-        if let Some(alarm) = &self.alarm {
-            alarm.set(timeout);
+        if let (Some(alarm), Some(stamp)) = (&self.alarm, stamp.0) {
+            alarm.set(stamp, timeout);
         }
         #[cfg(not(target_os = "linux"))]
-        let _ = timeout;
+        let _ = (stamp, timeout);
         drop(n);
     }
 }
+
+/// A [`Parker::stamp`]: a reading of the alarm's clock, or nothing without an alarm.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Stamp(
+    #[cfg(target_os = "linux")] Option<crate::alarm::Stamp>,
+    #[cfg(not(target_os = "linux"))] (),
+);
 
 /// Where idle executor threads sleep: a counting semaphore. The dispatcher adds a permit after
 /// each batch it sends (and shutdown one per executor after closing the channel); an executor
@@ -290,6 +316,9 @@ fn reaper_loop<T: TimerTask>(inner: &Inner<T>) {
         if inner.stopping.load(Ordering::Acquire) {
             return;
         }
+        // The alarm's reading first, then the clock's: the sleep computed from the second
+        // counts from the first (never later than it should).
+        let stamp = inner.parker.stamp();
         let now = inner.clock.now_ns();
         let next = inner.wheel.next_expiration();
         if next.is_some_and(|x| x <= now) || has_ready(inner) {
@@ -318,7 +347,7 @@ fn reaper_loop<T: TimerTask>(inner: &Inner<T>) {
                 None
             }
         };
-        inner.parker.park_reaper(timeout);
+        inner.parker.park_reaper(stamp, timeout);
         inner.stats.wakeups.fetch_add(1, Ordering::Relaxed);
     }
 }

@@ -960,9 +960,12 @@ impl<T: TimerTask> Inner<T> {
             let epoch = self.parker.epoch();
             let next = self.wheel.next_expiration();
             // Nothing queued (`None`): the add that queues the next bucket finds it the earliest
-            // and unparks the reaper.
+            // and unparks the reaper. The alarm counts the sleep from a stamp taken before the
+            // clock is read (in `sleep_for`), not from the rearm: this thread may be descheduled
+            // before it gets the parker's lock.
+            let stamp = self.parker.stamp();
             let timeout = next.and_then(|x| self.clock.sleep_for(x.saturating_add(self.grace_ns)));
-            self.parker.rearm(epoch, timeout, || {
+            self.parker.rearm(epoch, stamp, timeout, || {
                 if let Some(x) = next {
                     self.help_at_ns.store(
                         x.saturating_add(crate::reaper::HELP_MARGIN_NS),
