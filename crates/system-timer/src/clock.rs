@@ -58,11 +58,15 @@ pub(crate) fn duration_ns(d: Duration) -> u64 {
 /// [`now_ns`](Clock::now_ns) reads `Instant::now()` (about 26 ns on a KVM guest). For deadlines,
 /// [`deadline_base_ns`](Clock::deadline_base_ns) gives a guaranteed upper bound of that reading
 /// from the CPU's cycle counter instead (about 13 ns): each thread keeps an anchor (a counter
-/// value read just before an `Instant::now()`), refreshed from the real clock at least every
-/// millisecond, and adds the cycles since the anchor times an *upper bound* of the nanoseconds
-/// per cycle, plus 1 µs for instruction reordering. The bound comes from a calibration against
-/// the monotonic clock over the process's first 10 ms (readings bracketed by counter reads, so
-/// that their errors can only raise it), widened by 0.2% for frequency slewing. Until the
+/// value read just before an `Instant::now()`), refreshed from the real clock every 32 µs (of
+/// counter time by the bound; about 20 µs in truth), and adds the cycles since the anchor times
+/// an *upper bound* of the nanoseconds per cycle, plus 1 µs for instruction reordering. The bound
+/// comes from a calibration against the monotonic clock over the process's first 10 ms (readings
+/// bracketed by counter reads, so that their errors can only raise it), widened by 60%: the
+/// monotonic clock is slewed (NTP, chrony), and the kernel lets it run up to about 23% fast or
+/// slow (tick ±10%, frequency ±500 ppm, phase-lock correction up to 12.5%), so a calibration
+/// taken while it ran slowest can later be 1.6 times too low. The reading is then at most about
+/// 13 µs late (20 µs × 60%, plus the 1 µs), and never early whatever the slewing. Until the
 /// calibration is done, where the counter is stale or not monotonic on this thread, and where the
 /// kernel does not keep time with the counter itself (so it is not known to be synchronised
 /// across CPUs), the real clock is read. Deadlines are therefore at most a few microseconds late,
@@ -196,14 +200,22 @@ mod fast {
 
     use super::duration_ns;
 
-    /// Refresh an anchor from the real clock when it is older than this.
-    const MAX_AGE_NS: u64 = 1_000_000;
+    /// Refresh an anchor from the real clock when it is older than this, by the upper bound
+    /// (so at most this old in truth; `1 + MARGIN_PPM / 10^6` times younger without slewing).
+    /// It bounds the reading's error: at most `MAX_AGE_NS × MARGIN_PPM / 10^6` late without
+    /// slewing. A refresh (two counter reads and an `Instant::now()`, about 45 ns) per 20 µs of a
+    /// thread adding without pause is 0.2% of its time.
+    pub(super) const MAX_AGE_NS: u64 = 32_000;
     /// Calibrate once the first reading is this old.
     const CALIBRATION_NS: u64 = 10_000_000;
-    /// Widening of the calibrated ns per cycle (frequency slewing by NTP is at most 500 ppm).
-    const MARGIN_PPM: u64 = 2_000;
+    /// Widening of the calibrated ns per cycle. Linux lets an NTP daemon make the monotonic
+    /// clock run fast or slow by the tick (±10%, `ADJ_TICK`; chrony slews at up to 8.3% this
+    /// way), the frequency (±500 ppm) and the phase-lock loop's offset correction (a quarter of
+    /// an offset of up to 0.5 s per second: 12.5%). Fastest over slowest: 1.2256 / 0.7745 =
+    /// 1.58, since the calibration may have run at the slowest rate.
+    pub(super) const MARGIN_PPM: u64 = 600_000;
     /// Added to every counter-based reading.
-    const SLACK_NS: u64 = 1_000;
+    pub(super) const SLACK_NS: u64 = 1_000;
     /// A bracketing pair of counter reads wider than this is retried (the thread was preempted
     /// between them).
     const BRACKET_CYCLES: u64 = 20_000;
@@ -490,6 +502,28 @@ mod tests {
             "dropped subscribers are not called"
         );
         assert_eq!(c.sleep_for(u64::MAX), None);
+    }
+
+    /// The widening covers the fastest rate the kernel can give the monotonic clock over the
+    /// slowest (see `MARGIN_PPM`), and the refresh age keeps the error within the reaper's help
+    /// margin: a caller's reading never claims a bucket before it is due.
+    #[test]
+    fn the_counter_bound_covers_the_kernels_full_slewing_range() {
+        let (tick, freq, pll) = (0.10, 0.000_5, 0.125);
+        let fastest = (1.0 + tick) * (1.0 + freq) + pll;
+        let slowest = (1.0 - tick) * (1.0 - freq) - pll;
+        let margin = fast::MARGIN_PPM as f64 / 1e6;
+        assert!(
+            1.0 + margin >= fastest / slowest,
+            "{margin} < {}",
+            fastest / slowest
+        );
+        let worst_late_ns =
+            fast::MAX_AGE_NS as f64 * margin / (1.0 + margin) + fast::SLACK_NS as f64;
+        assert!(
+            worst_late_ns < crate::reaper::HELP_MARGIN_NS as f64,
+            "{worst_late_ns}"
+        );
     }
 
     #[test]
