@@ -104,8 +104,11 @@ impl<T> TimerHandle<T> {
         self.deadline_ns
     }
 
-    /// The deadline in whole milliseconds on the timer's clock, rounded up: the task never runs
-    /// while the clock's `now_ms()` is below it.
+    /// The deadline in whole milliseconds on the timer's clock, rounded up. The task never runs
+    /// before [`deadline_ns`](Self::deadline_ns); with a tick of a whole number of milliseconds
+    /// (Kafka's 1 ms by default), deadlines round up to the tick, so it also never runs while
+    /// the clock's `now_ms()` is below this. With a finer tick it may run in the millisecond
+    /// before this one.
     pub fn deadline_ms(&self) -> u64 {
         self.deadline_ns.div_ceil(1_000_000)
     }

@@ -391,7 +391,7 @@ fn executor_loop<T: TimerTask>(inner: &Inner<T>, rx: &Receiver<Vec<Job<T>>>) {
         };
         for job in batch {
             if inner.stopping.load(Ordering::Acquire) {
-                inner.stats.returned.fetch_add(1, Ordering::Relaxed);
+                inner.stats.returned.fetch_add(1, Ordering::Release);
                 inner.returned.lock().push(job.task);
                 continue;
             }

@@ -186,8 +186,8 @@ impl Counters {
 
     /// Dispatched but neither started nor handed back. `started` and `returned` are read
     /// before `dispatched`: a job's dispatch is counted (Release) before its start or hand-back,
-    /// so every start or hand-back seen here has its dispatch seen too, and a job dispatched
-    /// and not started is never missed.
+    /// which are counted with Release too, so every start or hand-back seen here (Acquire) has
+    /// its dispatch seen too, and a job dispatched and not started is never missed.
     pub(crate) fn in_flight(&self) -> u64 {
         let s = self.started.load(Ordering::Acquire);
         let r = self.returned.load(Ordering::Acquire);

@@ -790,7 +790,7 @@ impl<T: TimerTask> SystemTimer<T> {
                 inner
                     .stats
                     .returned
-                    .fetch_add(jobs.len() as u64, Ordering::Relaxed);
+                    .fetch_add(jobs.len() as u64, Ordering::Release);
                 out.extend(jobs.into_iter().map(|j| j.task));
             }
             #[cfg(not(loom))]
@@ -1130,7 +1130,7 @@ impl<T: TimerTask> Inner<T> {
     fn hand_back(&self, jobs: Vec<Job<T>>) {
         self.stats
             .returned
-            .fetch_add(jobs.len() as u64, Ordering::Relaxed);
+            .fetch_add(jobs.len() as u64, Ordering::Release);
         self.returned
             .lock()
             .extend(jobs.into_iter().map(|j| j.task));
