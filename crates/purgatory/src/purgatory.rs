@@ -189,6 +189,12 @@ where
 
     /// Use a timer shared with other users instead of an own one. The purgatory never shuts a
     /// shared timer down; at its own shutdown it disarms its operations' entries.
+    ///
+    /// A shared timer without a reaper must go on being advanced (or be shut down) by its
+    /// owner: an expiry that was already due when its operation was armed (a zero timeout)
+    /// waits among the timer's due tasks, which a disarm cannot reach, and it holds the
+    /// operation's cell, which holds the timer. Such a timer, dropped by everyone without a
+    /// shutdown and never advanced again, is never freed.
     pub fn timer(mut self, timer: Arc<SystemTimer>) -> Self {
         self.timer = Some(timer);
         self
