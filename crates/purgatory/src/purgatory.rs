@@ -554,7 +554,9 @@ where
                 }
                 // A panic in `try_complete` leaves the operation pending (tried again at the
                 // next check; it still expires); one in `on_complete`, completed.
-                Err(payload) => drop(panic.get_or_insert(payload)),
+                Err(payload) => {
+                    panic.get_or_insert(payload);
+                }
             }
         }
         let len = list.len();
@@ -783,8 +785,8 @@ fn visit<K, Op: DelayedOperation>(
 /// One try of `try_complete_else_watch`, under the op lock. A panic in the operation's code
 /// leaves nothing of it in the purgatory: if `try_complete` panicked, the operation (still
 /// pending; perhaps already watched, never armed) is handed back and dropped (under the lock, as
-/// a completed one is) before the panic goes on to the caller, who gets no handle to it. (If `on_complete`
-/// panicked, the operation has already completed, and nothing is left to do.)
+/// a completed one is) before the panic goes on to the caller, who gets no handle to it. (If
+/// `on_complete` panicked, the operation has already completed: nothing is left to do.)
 #[inline]
 fn try_complete_or_hand_back<Op: DelayedOperation>(
     cell: &OpCell<Op>,
