@@ -16,6 +16,8 @@
 #                          "cpu_s_per_million" (the 2026-11-23 figures used a Java driver over
 #                          Kafka's server-common classes, kept outside this repository)
 #
+#   $MODELS                the completion models to run (default "kafka watch")
+#
 # Prints one JSON line per run, prefixed with the implementation's name and the cell; summarise
 # with bench-results/summarize-w4.py. RUNS defaults to 3.
 set -euo pipefail
@@ -28,7 +30,7 @@ rustc --version
 [ -n "${KAFKA_CMD:-}" ] && echo "# kafka: $KAFKA_CMD"
 [ -n "${BASE:-}" ] && echo "# base: $BASE"
 echo "## wake-cost"; $B wake-cost
-for model in kafka watch; do
+for model in ${MODELS:-kafka watch}; do
   for point in "20 60 low" "200 400 high"; do
     set -- $point
     for rate in 50000 100000; do
