@@ -189,3 +189,80 @@ fn a_panic_in_one_on_complete_completes_it_and_the_check_goes_on() {
     assert_eq!(faulty.expirations.load(SeqCst), 0);
     p.check_invariants();
 }
+
+/// Watchers, a checker and expiry at once, with operations that panic at their first, second
+/// or third try: every operation whose watch did not panic completes exactly once, every one is
+/// dropped exactly once, and the counters balance.
+#[test]
+fn panicking_operations_under_contention_keep_exactly_once_and_the_counts() {
+    const N: usize = 2_000;
+    const KEYS: u32 = 8;
+    let clock = ManualClock::new(0);
+    let p = Arc::new(
+        Purgatory::<u32, Faulty>::builder()
+            .clock(clock.clone())
+            .reaper(false)
+            .purge_interval(16)
+            .build(),
+    );
+    // Operation i panics at try 1 or 2 (in its watch) or 3 (its first check, or its watch's
+    // second try if it is already ready), one in seven; the even ones are made ready.
+    let seen: Arc<Vec<Arc<Seen>>> = Arc::new(
+        (0..N)
+            .map(|i| seen(if i % 7 == 0 { 1 + i % 3 } else { 0 }))
+            .collect(),
+    );
+    let keys = |i: usize| [i as u32 % KEYS, (i as u32 + 1) % KEYS];
+    let watch_panicked: Arc<Vec<AtomicBool>> =
+        Arc::new((0..N).map(|_| AtomicBool::new(false)).collect());
+    let watchers: Vec<_> = (0..2)
+        .map(|t| {
+            let (p, seen, panicked) = (p.clone(), seen.clone(), watch_panicked.clone());
+            std::thread::spawn(move || {
+                for i in (t..N).step_by(2) {
+                    let r = catch_unwind(AssertUnwindSafe(|| {
+                        p.try_complete_else_watch(Faulty(seen[i].clone()), TIMEOUT, &keys(i))
+                    }));
+                    match r {
+                        Ok(w) => assert!(w.is_ok()),
+                        Err(_) => panicked[i].store(true, SeqCst),
+                    }
+                }
+            })
+        })
+        .collect();
+    let checker = {
+        let (p, seen) = (p.clone(), seen.clone());
+        std::thread::spawn(move || {
+            for round in 0..40 {
+                for i in (0..N).filter(|i| i % 2 == 0 && i % 40 == round) {
+                    seen[i].ready.store(true, SeqCst);
+                }
+                for k in 0..KEYS {
+                    let _ = catch_unwind(AssertUnwindSafe(|| p.check_and_complete(&k)));
+                }
+            }
+        })
+    };
+    for t in watchers {
+        t.join().unwrap();
+    }
+    checker.join().unwrap();
+    // Whatever is left pending expires.
+    clock.advance(TIMEOUT * 2);
+    p.advance();
+    p.check_invariants();
+    assert!(p.shutdown().is_empty(), "nothing left pending");
+    let st = p.stats();
+    let panicked = watch_panicked.iter().filter(|b| b.load(SeqCst)).count();
+    assert!(panicked > 0);
+    assert_eq!(st.accepted, N as u64);
+    assert_eq!(st.handed_back, panicked as u64);
+    assert_eq!(st.completed + st.handed_back, N as u64);
+    assert_eq!(st.delayed, 0);
+    for (i, s) in seen.iter().enumerate() {
+        let expected = usize::from(!watch_panicked[i].load(SeqCst));
+        assert_eq!(s.completions.load(SeqCst), expected, "operation {i}");
+        assert_eq!(s.drops.load(SeqCst), 1, "operation {i} dropped once");
+    }
+}
