@@ -69,7 +69,7 @@ pub(crate) fn duration_ns(d: Duration) -> u64 {
 /// 13 µs late (20 µs × 60%, plus the 1 µs), and never early whatever the slewing. Until the
 /// calibration is done, where the counter is stale or not monotonic on this thread, and where the
 /// kernel does not keep time with the counter itself (so it is not known to be synchronised
-/// across CPUs), the real clock is read. Deadlines are therefore at most a few microseconds late,
+/// across CPUs), the real clock is read. Deadlines are therefore at most about 13 µs late,
 /// never early. [`SystemClock::exact`] opts out of the counter.
 ///
 /// ```
@@ -202,8 +202,8 @@ mod fast {
 
     /// Refresh an anchor from the real clock when it is older than this, by the upper bound
     /// (so at most this old in truth; `1 + MARGIN_PPM / 10^6` times younger without slewing).
-    /// It bounds the reading's error: at most `MAX_AGE_NS × MARGIN_PPM / 10^6` late without
-    /// slewing. A refresh (two counter reads and an `Instant::now()`, about 45 ns) per 20 µs of a
+    /// It bounds the reading's error: without slewing, at most `MAX_AGE_NS × MARGIN_PPM /
+    /// (10^6 + MARGIN_PPM)` late (about 12 µs), plus `SLACK_NS`. A refresh (two counter reads and an `Instant::now()`, about 45 ns) per 20 µs of a
     /// thread adding without pause is 0.2% of its time.
     pub(super) const MAX_AGE_NS: u64 = 32_000;
     /// Calibrate once the first reading is this old.

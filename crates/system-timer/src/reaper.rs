@@ -144,9 +144,10 @@ impl Parker {
     }
 
     /// Calls `publish` and moves the reaper's alarm to `timeout` past `stamp` (taken before the
-    /// reading `timeout` was computed from; `None`: until unparked), unless an unpark is pending or came since `epoch` was read (an add may have
-    /// queued an earlier bucket than the one `timeout` was computed from: the unparked reaper
-    /// publishes and sets its alarm from a fresh reading). No alarm move without an alarm: the
+    /// reading `timeout` was computed from; `None`: until unparked), unless an unpark is pending
+    /// or came since `epoch` was read (an add may have queued an earlier bucket than the one
+    /// `timeout` was computed from: the unparked reaper publishes and sets its alarm from a
+    /// fresh reading). No alarm move without an alarm: the
     /// reaper then wakes at the time it chose, finds nothing due and sleeps again.
     pub(crate) fn rearm(
         &self,
