@@ -50,7 +50,7 @@
 //! * **A cheap clock read for deadlines.** Deadlines come from an upper bound of the monotonic
 //!   clock computed from the CPU's cycle counter (about 13 ns instead of 26 ns for
 //!   `Instant::now()` here); see [`SystemClock`]. Deciding what is due always uses the real
-//!   clock, so a task can be a few microseconds late for it, never early.
+//!   clock, so a task can be up to about 13 µs late for it, never early.
 //!
 //! # Implementation
 //!

@@ -291,7 +291,7 @@ impl<T: TimerTask> Builder<T> {
     ///
     /// With a grace, while the reaper sleeps towards the earliest bucket, the first call of
     /// [`SystemTimer::advance_if_due`] that finds the clock past that bucket's expiration (plus a
-    /// few microseconds, the error bound of its cheap clock reading) advances the wheel itself,
+    /// 20 µs, above the error bound of its cheap clock reading) advances the wheel itself,
     /// and moves the reaper's wake-up past the next bucket without waking it (on Linux, where
     /// the reaper then sleeps on a timerfd; elsewhere the reaper still wakes at the time it chose
     /// and sleeps again). Due tasks go where they would have: to the executors, or, in inline
@@ -617,7 +617,7 @@ impl<T: TimerTask> SystemTimer<T> {
     }
 
     /// The reading [`add`](Self::add) bases a delay's deadline on: the clock's time now or up
-    /// to a few microseconds later, never earlier (see [`Clock::deadline_base_ns`]); on the
+    /// to about 13 µs later, never earlier (see [`Clock::deadline_base_ns`]); on the
     /// system clock, cheaper than [`now`](Self::now). A caller that adds and then helps the
     /// reaper reads the clock once with it: [`add_at_keyed`](Self::add_at_keyed)`(base +
     /// delay, ..)`, then [`advance_if_due_at`](Self::advance_if_due_at)`(base)`.
@@ -1138,7 +1138,7 @@ impl<T: TimerTask> Inner<T> {
 
     /// Runs one job: records its lateness, catches and counts a panic.
     pub(crate) fn run_job(&self, job: Job<T>) {
-        // The cheap reading (at most a few microseconds high): a statistic, not a decision.
+        // The cheap reading (at most about 13 µs high): a statistic, not a decision.
         let late = self
             .clock
             .deadline_base_ns()
