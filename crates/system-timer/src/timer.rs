@@ -290,7 +290,7 @@ impl<T: TimerTask> Builder<T> {
     /// nothing).
     ///
     /// With a grace, while the reaper sleeps towards the earliest bucket, the first call of
-    /// [`SystemTimer::advance_if_due`] that finds the clock past that bucket's expiration (plus a
+    /// [`SystemTimer::advance_if_due`] that finds the clock past that bucket's expiration (plus
     /// 20 µs, above the error bound of its cheap clock reading) advances the wheel itself,
     /// and moves the reaper's wake-up past the next bucket without waking it (on Linux, where
     /// the reaper then sleeps on a timerfd; elsewhere the reaper still wakes at the time it chose
