@@ -14,8 +14,9 @@
 //!   held, and only to skip the operation (they change no state).
 //! * `completed` goes `false → true` exactly once, under the op lock, by [`OpCell::complete_locked`]
 //!   or by a hand-back ([`OpCell::hand_back_locked`]: shutdown, a watch or arm refused,
-//!   [`OperationHandle::take`], or `try_complete` panicking inside `try_complete_else_watch`). Whoever sets it runs `on_complete` (then `on_expiration` if
-//!   expiry won) in the same lock hold, so `on_complete` runs exactly once. `try_complete` is
+//!   [`OperationHandle::take`], or `try_complete` panicking inside `try_complete_else_watch`).
+//!   Whoever sets it runs `on_complete` (then `on_expiration` if expiry won) in the same lock
+//!   hold, so `on_complete` runs exactly once. `try_complete` is
 //!   never called once `completed` is set (every caller checks it under the lock first).
 //! * Completion disarms the timer entry (cancel, in the same lock hold) and **drops the
 //!   operation** at once: what is left in other keys' watch lists is an empty cell until a check

@@ -317,9 +317,6 @@ fn reaper_loop<T: TimerTask>(inner: &Inner<T>) {
         if inner.stopping.load(Ordering::Acquire) {
             return;
         }
-        // The alarm's reading first, then the clock's: the sleep computed from the second
-        // counts from the first (never later than it should).
-        let stamp = inner.parker.stamp();
         let now = inner.clock.now_ns();
         let next = inner.wheel.next_expiration();
         if next.is_some_and(|x| x <= now) || has_ready(inner) {
@@ -328,6 +325,10 @@ fn reaper_loop<T: TimerTask>(inner: &Inner<T>) {
             let _ = catch_unwind(AssertUnwindSafe(|| inner.advance_to_ns(now)));
             continue;
         }
+        // The alarm's reading before the clock's reading in `sleep_for`: the sleep computed
+        // from the second counts from the first (never later than it should). Taken only on
+        // the way to sleep, not on each advance.
+        let stamp = inner.parker.stamp();
         let timeout = match next {
             // Callers that run anyway may advance the wheel for us once `x` has passed
             // (`advance_if_due`); our own alarm is the fallback, `grace` later, and each of their
