@@ -344,7 +344,13 @@ impl Common {
     /// check walks the empty cells of its list too, so the interval alone decides.
     #[cold]
     fn garbage_flush(&self) -> bool {
-        let n = self.flush_every as usize;
+        self.garbage_add(self.flush_every as usize)
+    }
+
+    /// Counts `n` more watched operations gone (completed, or handed back: their cells are
+    /// garbage in the watch lists all the same) towards the next purge, by the rule of
+    /// [`garbage_flush`](Self::garbage_flush). True if a purge is now due.
+    fn garbage_add(&self, n: usize) -> bool {
         let total = self.garbage.fetch_add(n, Ordering::AcqRel) + n;
         let due = total >= self.purge_interval
             && (self.checked.load(Ordering::Relaxed) || total >= self.delayed());
@@ -450,9 +456,18 @@ impl Purger {
         let task = system_timer::Task::new(move || {
             purger.run_scheduled();
         });
-        if timer.add(std::time::Duration::ZERO, task).is_err() {
+        match timer.add(std::time::Duration::ZERO, task) {
+            Ok(_) => {}
+            // A shared timer at its cap of pending tasks: purge here rather than skip a whole
+            // interval (the count that made this purge due is already reset). Under an op lock
+            // at most, the order the watches take (op lock, then shard locks).
+            Err(system_timer::ScheduleError::Full(_)) => {
+                this.run_scheduled();
+            }
             // Shut down: no purge is needed any more.
-            this.scheduled.store(false, Ordering::Release);
+            Err(system_timer::ScheduleError::Shutdown(_)) => {
+                this.scheduled.store(false, Ordering::Release);
+            }
         }
     }
 }
@@ -624,14 +639,20 @@ impl<Op: DelayedOperation> OpCell<Op> {
     }
 
     /// Under the op lock: takes a pending operation out without completing it (shutdown, a
-    /// watch or arm refused, [`OperationHandle::take`], a panic in a first or second try).
-    /// Disarms its timer and counts it as
-    /// handed back.
+    /// watch or arm refused, [`OperationHandle::take`], a panic while it entered the
+    /// purgatory). Disarms its timer and counts it as handed back.
+    ///
+    /// A watched operation's cells stay in its keys' lists as garbage, like a completed one's:
+    /// the hand-back counts towards the next purge (one shared count; hand-backs are rare), so
+    /// operations taken back in bulk do not pile up empty cells and keys that nothing sweeps.
     pub(crate) fn hand_back_locked(&self, st: &mut OpState<Op>) -> Op {
         debug_assert!(!self.is_completed());
         self.completed.store(true, Ordering::Release);
         self.disarm_locked(st, false);
         self.common.handed_back_add();
+        if st.watched && self.common.garbage_add(1) {
+            Purger::schedule(&self.common.purger, &self.common.timer);
+        }
         st.op.take().expect("a pending operation holds its op")
     }
 

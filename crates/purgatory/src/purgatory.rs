@@ -419,10 +419,13 @@ where
     ///
     /// # Panics
     ///
-    /// A panic in the operation's `try_complete` goes on to the caller after the operation has
-    /// been taken out of the purgatory and dropped (counted under
-    /// [`handed_back`](PurgatoryStats::handed_back); never left watched without a timer). One in
-    /// `on_complete` goes on after the operation has completed.
+    /// A panic in the operation's `try_complete`, a key's `Clone`, `Hash` or `Eq`, or the
+    /// timer's clock goes on to the caller after the operation has been taken out of the
+    /// purgatory and dropped (counted under [`handed_back`](PurgatoryStats::handed_back); never
+    /// left watched without a timer; the cells it left in watch lists count towards the next
+    /// purge). One in `on_complete` goes on after the operation has completed. One in its
+    /// `ready_arg` or `ready_hint` goes on before anything is registered (not even
+    /// [`accepted`](PurgatoryStats::accepted)).
     #[doc(alias = "tryCompleteElseWatch")]
     pub fn try_complete_else_watch(
         &self,
@@ -437,66 +440,96 @@ where
         if inner.closed.load(Ordering::Acquire) {
             return Err(WatchError::Shutdown(op));
         }
-        inner.common.accepted_add();
         let arg = inner.ready_test.as_ref().and_then(|_| op.ready_arg());
         // The handle owns the new cell's first reference (no second one for this call).
         let handle = OperationHandle {
             cell: Arc::new(OpCell::new(op, inner.refs.mine())),
         };
+        // Counted once the operation's own code (`ready_arg`, `ready_hint`) has run: a panic
+        // there leaves nothing registered.
+        inner.common.accepted_add();
         let cell = &handle.cell;
+        let timer = &inner.common.timer;
         let mut st = cell.lock();
-        if try_complete_or_hand_back(cell, &mut st) {
-            drop(st);
-            return Ok(Watched {
-                completed: true,
-                handle,
-            });
+        // Everything from the first try to the arming under one lock hold, and under one
+        // `catch_unwind`: a panic anywhere in it (the operation's `try_complete`, a key's
+        // `Clone` or `Hash`, the clock) must not leave the operation watched but never armed.
+        let entered = catch_unwind(AssertUnwindSafe(|| {
+            self.enter(cell, &mut st, timeout, keys, arg.unwrap_or(NO_ARG))
+        }));
+        let entered = match entered {
+            Ok(entered) => entered,
+            Err(payload) => {
+                // The operation is still pending (perhaps watched on some keys, perhaps armed):
+                // take it out and drop it before the panic goes on to the caller, who gets no
+                // handle to it. (If `on_complete` panicked, it has completed: nothing to do.)
+                if !cell.is_completed() {
+                    drop(cell.hand_back_locked(&mut st));
+                }
+                resume_unwind(payload)
+            }
+        };
+        drop(st);
+        // With no lock held: an advance if the reaper waits for a caller to (a timer with a
+        // reaper grace: see [`Builder::reaper_grace`]). Expiries it runs execute here, on the
+        // caller's thread, in inline mode (the own timer's default).
+        let completed = match entered {
+            Entered::ReadyAtFirstTry => true,
+            Entered::ReadyAtSecondTry => {
+                timer.advance_if_due();
+                true
+            }
+            Entered::Armed(now) => {
+                timer.advance_if_due_at(now);
+                false
+            }
+            Entered::Refused(op) => return Err(WatchError::Shutdown(op)),
+        };
+        Ok(Watched { completed, handle })
+    }
+
+    /// The locked part of [`try_complete_else_watch`](Self::try_complete_else_watch): the first
+    /// try, the watches, the second try, the arming.
+    #[inline]
+    fn enter(
+        &self,
+        cell: &Arc<OpCell<Op>>,
+        st: &mut MutexGuard<'_, OpState<Op>>,
+        timeout: Duration,
+        keys: &[K],
+        arg: u64,
+    ) -> Entered<Op> {
+        let inner = &self.inner;
+        if cell.try_complete_locked(st) {
+            return Entered::ReadyAtFirstTry;
         }
         for key in keys {
-            if !inner
-                .watchers
-                .watch(key.clone(), cell, arg.unwrap_or(NO_ARG))
-            {
+            if !inner.watchers.watch(key.clone(), cell, arg) {
                 // Closed under us: hand the operation back; cells already appended are empty
                 // shells the shutdown's drain skips.
-                let op = cell.hand_back_locked(&mut st);
-                return Err(WatchError::Shutdown(op));
+                return Entered::Refused(cell.hand_back_locked(st));
             }
             st.watched = true;
         }
-        let timer = &inner.common.timer;
-        if try_complete_or_hand_back(cell, &mut st) {
-            drop(st);
-            timer.advance_if_due();
-            return Ok(Watched {
-                completed: true,
-                handle,
-            });
+        if cell.try_complete_locked(st) {
+            return Entered::ReadyAtSecondTry;
         }
         // Still pending: arm the timer in the same lock hold. The expiry task takes this lock,
         // so it cannot run before the handle is stored. One clock reading serves the deadline
         // and, after the lock is released, the reaper's help.
+        let timer = &inner.common.timer;
         let now = timer.deadline_base();
         match timer.add_at_keyed(now.saturating_add(timeout), expiry_task(cell)) {
             Ok(key) => {
                 st.timer = Some(key);
                 inner.common.armed_add();
+                Entered::Armed(now)
             }
+            // The timer refused: never leave an operation that can no longer expire.
             Err(ScheduleError::Shutdown(_) | ScheduleError::Full(_)) => {
-                // The timer refused: never leave an operation that can no longer expire.
-                let op = cell.hand_back_locked(&mut st);
-                return Err(WatchError::Shutdown(op));
+                Entered::Refused(cell.hand_back_locked(st))
             }
         }
-        drop(st);
-        // With no lock held: an advance if the reaper waits for a caller to (a timer with a
-        // reaper grace: see [`Builder::reaper_grace`]). Expiries it runs execute here, on the
-        // caller's thread, in inline mode (the own timer's default).
-        timer.advance_if_due_at(now);
-        Ok(Watched {
-            completed: false,
-            handle,
-        })
     }
 
     /// Kafka's `checkAndComplete`: runs `try_complete` on every pending operation watching
@@ -782,25 +815,16 @@ fn visit<K, Op: DelayedOperation>(
     }
 }
 
-/// One try of `try_complete_else_watch`, under the op lock. A panic in the operation's code
-/// leaves nothing of it in the purgatory: if `try_complete` panicked, the operation (still
-/// pending; perhaps already watched, never armed) is handed back and dropped (under the lock, as
-/// a completed one is) before the panic goes on to the caller, who gets no handle to it. (If
-/// `on_complete` panicked, the operation has already completed: nothing is left to do.)
-#[inline]
-fn try_complete_or_hand_back<Op: DelayedOperation>(
-    cell: &OpCell<Op>,
-    st: &mut MutexGuard<'_, OpState<Op>>,
-) -> bool {
-    match catch_unwind(AssertUnwindSafe(|| cell.try_complete_locked(st))) {
-        Ok(ready) => ready,
-        Err(payload) => {
-            if !cell.is_completed() {
-                drop(cell.hand_back_locked(st));
-            }
-            resume_unwind(payload)
-        }
-    }
+/// What [`Purgatory::enter`] did with an operation, its lock still held.
+enum Entered<Op> {
+    /// Completed at the first try, before any watch.
+    ReadyAtFirstTry,
+    /// Completed at the second try, after the watches.
+    ReadyAtSecondTry,
+    /// Watched and armed, at this deadline base (for the reaper's help).
+    Armed(Duration),
+    /// Refused by a shutdown (of the purgatory or its timer) and handed back.
+    Refused(Op),
 }
 
 /// The timer task that expires `cell`: the cell's own `Arc` (no allocation per operation).

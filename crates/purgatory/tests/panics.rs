@@ -128,6 +128,97 @@ fn a_panic_in_the_second_try_leaves_nothing_watched_without_a_timer() {
     assert!(p.shutdown().is_empty());
 }
 
+/// A key whose `Clone` panics once [`KEY_CLONE_PANICS`] is set (which the panic clears).
+#[derive(Hash, PartialEq, Eq, Debug)]
+struct Key(u32);
+
+/// Makes the next [`Key`] clone panic (only one test sets it).
+static KEY_CLONE_PANICS: AtomicBool = AtomicBool::new(false);
+
+impl Clone for Key {
+    fn clone(&self) -> Self {
+        if self.0 == 2 && KEY_CLONE_PANICS.swap(false, SeqCst) {
+            panic!("Key::clone panics");
+        }
+        Key(self.0)
+    }
+}
+
+/// A panic while the operation is being watched (here a key's `Clone`, between two watches)
+/// takes it back out like a panic in `try_complete` does: dropped, counted handed back, its
+/// first key's cell an empty one. Before, it stayed watched on the first key with no timer:
+/// it never expired, and a later check completed an operation whose caller had seen a panic.
+#[test]
+fn a_panic_between_two_watches_hands_the_operation_back() {
+    let clock = ManualClock::new(0);
+    let p: Purgatory<Key, Faulty> = Purgatory::builder()
+        .clock(clock.clone())
+        .reaper(false)
+        .build();
+    let s = seen(0);
+    KEY_CLONE_PANICS.store(true, SeqCst);
+    let keys = [Key(1), Key(2)];
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        p.try_complete_else_watch(Faulty(s.clone()), TIMEOUT, &keys)
+    }));
+    assert!(r.is_err(), "the panic reaches the caller");
+    assert_eq!(s.drops.load(SeqCst), 1, "the operation was dropped");
+    let st = p.stats();
+    assert_eq!((st.accepted, st.handed_back, st.delayed), (1, 1, 0));
+    s.ready.store(true, SeqCst);
+    assert_eq!(p.check_and_complete(&Key(1)), 0, "nothing left to complete");
+    clock.advance(TIMEOUT * 2);
+    p.advance();
+    assert_eq!(s.completions.load(SeqCst), 0);
+    assert_eq!(s.expirations.load(SeqCst), 0);
+    assert!(p.shutdown().is_empty());
+}
+
+/// Whose `ready_arg` or `ready_hint` panics (`which`: 0 or 1).
+struct PanicsEntering(u8);
+
+impl DelayedOperation for PanicsEntering {
+    fn try_complete(&mut self) -> bool {
+        false
+    }
+    fn on_complete(&mut self) {}
+    fn ready_arg(&self) -> Option<u64> {
+        assert!(self.0 != 0, "ready_arg panics");
+        Some(1)
+    }
+    fn ready_hint(&self) -> Option<purgatory::ReadyHint> {
+        assert!(self.0 != 1, "ready_hint panics");
+        None
+    }
+}
+
+/// A panic in `ready_arg` or `ready_hint` (asked as the operation enters) registers nothing:
+/// not even `accepted`, so `accepted = completed + handed_back + delayed` still holds.
+#[test]
+fn a_panic_in_ready_arg_or_ready_hint_registers_nothing() {
+    let p: Purgatory<u32, PanicsEntering> = Purgatory::builder()
+        .reaper(false)
+        .ready_test(|_, _| true)
+        .build();
+    for which in [0, 1] {
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            p.try_complete_else_watch(PanicsEntering(which), TIMEOUT, &[7])
+        }));
+        assert!(r.is_err(), "the panic reaches the caller");
+    }
+    let st = p.stats();
+    assert_eq!(
+        (
+            st.accepted,
+            st.completed,
+            st.handed_back,
+            st.delayed,
+            st.watched
+        ),
+        (0, 0, 0, 0, 0)
+    );
+}
+
 #[test]
 fn a_panic_in_one_try_complete_does_not_cost_the_others_their_check() {
     let clock = ManualClock::new(0);

@@ -786,6 +786,44 @@ fn without_checks_the_purge_waits_until_the_garbage_reaches_the_delayed_count() 
     p.check_invariants();
 }
 
+/// Operations taken back (`take`, the recovery path after `cancel_for_key`) leave empty cells
+/// on their keys, like completed ones: the hand-backs count towards the purge, so the cells and
+/// the keys they alone kept are swept, not held for ever.
+///
+/// Catches: a purge counted only by completions (every cell and key below stays listed).
+#[test]
+fn taken_back_operations_count_towards_the_purge() {
+    let clock = ManualClock::new(0);
+    let p: Purgatory<u32, Op> = Purgatory::builder()
+        .clock(clock.clone())
+        .reaper(false)
+        .purge_interval(10)
+        .build();
+    let probe = Probe::default();
+    for k in 0..1_000u32 {
+        let w = p
+            .try_complete_else_watch(probe.op(), LONG, &[k, 1_000_000 + k])
+            .unwrap();
+        assert!(w.handle.take().is_some());
+        p.advance(); // runs the purge a hand-back made due, if one did
+    }
+    // And through cancel_for_key: its handles taken back leave cells on the other key.
+    for k in 0..1_000u32 {
+        p.try_complete_else_watch(probe.op(), LONG, &[2_000_000 + k, 3_000_000 + k])
+            .unwrap();
+        for h in p.cancel_for_key(&(2_000_000 + k)) {
+            assert!(h.take().is_some());
+        }
+        p.advance();
+    }
+    let st = p.stats();
+    assert_eq!((st.handed_back, st.delayed, st.completed), (2_000, 0, 0));
+    assert!(st.purges >= 150, "{st:?}");
+    // At most an interval's worth of operations (2 cells each) not yet swept.
+    assert!(st.watched < 20 && st.keys < 20, "{st:?}");
+    p.check_invariants();
+}
+
 /// Operations that only expire make the purge due by themselves: one `advance` of a
 /// purgatory driven by hand runs their expiries and then the purge they made due, with no
 /// watch or check to trigger it (Kafka checks on its reaper's every step).
