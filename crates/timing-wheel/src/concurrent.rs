@@ -41,6 +41,7 @@ use crate::list::{EntryKey, KeyState};
 use crate::shard::{Fired, Shard, WheelCounts};
 use crate::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use crate::sync::{thread_hint, Arc, Mutex, MutexGuard};
+use crate::unwind::Deferred;
 use crate::{AddError, ConfigError};
 
 /// The largest number of shards a [`ConcurrentWheel`] accepts.
@@ -506,6 +507,12 @@ impl<T> WheelGuard<'_, T> {
     /// Moves time forward to `now`, flushing every due bucket in expiration order in every shard
     /// and cascading entries down; each entry whose deadline has been reached is handed to
     /// `expired` (under the locks: collect, do not run user code there). Returns how many.
+    ///
+    /// # Panics
+    ///
+    /// If `expired` panics, the advance still completes (every other due entry is handed to
+    /// it, each call's panic caught) and leaves the wheel consistent, then raises the first
+    /// panic again. The entry whose call panicked is gone (its value was moved into `expired`).
     pub fn advance(&mut self, now: u64, mut expired: impl FnMut(Fired<T>)) -> usize {
         let WheelGuard {
             wheel,
@@ -514,6 +521,8 @@ impl<T> WheelGuard<'_, T> {
         } = self;
         let size = wheel.geo.size as usize;
         let mut fired = 0;
+        let mut panicked = Deferred::default();
+        let mut expired = |e| panicked.call(&mut expired, e);
         while let Some(b) = queue.pop_due(now) {
             let prev =
                 wheel.markers[b.level() * size + b.slot()].swap(NOT_QUEUED, Ordering::AcqRel);
@@ -540,22 +549,30 @@ impl<T> WheelGuard<'_, T> {
         for shard in shards.iter_mut() {
             shard.advance_clock(now);
         }
+        panicked.resume();
         fired
     }
 
     /// Closes the wheel: later adds fail with [`AddError::Closed`], cancels return `None`, and
     /// every pending entry is handed to `f` (its handle then reports
     /// [`is_handed_back`](EntryHandle::is_handed_back)). Returns how many.
+    ///
+    /// # Panics
+    ///
+    /// If `f` panics, the close still hands every other entry to it (each call's panic caught)
+    /// and completes, then raises the first panic again.
     pub fn close(&mut self, mut f: impl FnMut(Fired<T>)) -> usize {
         let mut n = 0;
+        let mut panicked = Deferred::default();
         for (shard, cell) in self.shards.iter_mut().zip(self.wheel.shards.iter()) {
             shard.close(&mut |key, deadline, value| {
                 n += 1;
-                f(Fired {
+                let fired = Fired {
                     key,
                     deadline,
                     value,
-                });
+                };
+                panicked.call(&mut f, fired);
             });
             cell.len.store(0, Ordering::Relaxed);
         }
@@ -563,6 +580,7 @@ impl<T> WheelGuard<'_, T> {
             self.wheel.markers[self.wheel.geo.marker_index(b.level(), b.slot())]
                 .store(NOT_QUEUED, Ordering::Relaxed);
         }
+        panicked.resume();
         n
     }
 

@@ -73,6 +73,7 @@ mod error;
 mod list;
 mod shard;
 mod sync;
+mod unwind;
 mod wheel;
 
 pub use bucket::{Bucket, MAX_WHEEL_SIZE};

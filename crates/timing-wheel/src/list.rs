@@ -31,7 +31,12 @@
 //! * A `PENDING` node is linked into at most one list. [`Arena::detach`] empties a list in O(1)
 //!   and hands back the chain (`NIL`-terminated through `next`); the caller then relinks or
 //!   releases every node of the chain before it gives up its exclusive access. Such nodes are
-//!   "in transit": still `PENDING`, linked to nothing but their chain successor.
+//!   "in transit": still `PENDING`, linked to nothing but their chain successor. No user code
+//!   unwinds through a chain in transit: the wheel calls the user's callbacks through
+//!   `unwind::Deferred`, which catches a panic and raises it again once every node is placed.
+//! * [`Arena::unlink`] checks with a real `assert!` (not only in debug builds) that the node's
+//!   links are not `NIL`: if a caller ever broke the rule above, a stale link would panic
+//!   rather than be followed out of bounds.
 
 use std::fmt;
 use std::mem::MaybeUninit;
@@ -147,7 +152,8 @@ impl<T> Arena<T> {
         unsafe { page.get_unchecked_mut(o) }
     }
 
-    /// Appends a fresh node; the arena never grows past `u32::MAX - 1` nodes.
+    /// Appends a fresh node; the arena never holds an index of `NIL` (it stops one page short
+    /// of it: at most `u32::MAX + 1 - PAGE_SIZE` nodes).
     #[inline(always)]
     fn push(&mut self, node: Node<T>) -> u32 {
         let i = self.len;
@@ -163,7 +169,13 @@ impl<T> Arena<T> {
 
     #[cold]
     fn push_page(&mut self, node: Node<T>) {
-        assert!(self.len < NIL, "timing wheel arena is full ({} nodes)", NIL);
+        // Pages start at multiples of PAGE_SIZE: the page starting here holds indices up to
+        // `len + PAGE_SIZE - 1`, which must stay below `NIL`.
+        assert!(
+            self.len < NIL - (PAGE_SIZE as u32 - 1),
+            "timing wheel arena is full ({} nodes)",
+            self.len
+        );
         let mut page = Vec::with_capacity(PAGE_SIZE);
         page.push(node);
         self.pages.push(page);
@@ -285,7 +297,8 @@ impl<T> Arena<T> {
     #[inline(always)]
     pub(crate) fn unlink(&mut self, i: u32) {
         let Node { prev, next, .. } = *self.node(i);
-        debug_assert!(prev != NIL && next != NIL, "unlink of an unlinked node {i}");
+        // Not only in debug builds: `node(NIL)` below would be out of bounds (see the rules).
+        assert!(prev != NIL && next != NIL, "unlink of an unlinked node {i}");
         debug_assert_eq!(self.node(prev).next, i, "broken next link into {i}");
         debug_assert_eq!(self.node(next).prev, i, "broken prev link into {i}");
         self.node_mut(prev).next = next;

@@ -5,6 +5,7 @@ use std::fmt;
 use crate::bucket::{Bucket, ExpiryQueue, Geometry, NOT_QUEUED};
 use crate::list::{EntryKey, KeyState};
 use crate::shard::{Fired, Shard, WheelCounts};
+use crate::unwind::Deferred;
 use crate::{AddError, ConfigError};
 
 /// A hierarchical timing wheel for one thread, driven by a caller-supplied `now` (an engine's own
@@ -156,6 +157,12 @@ impl<T> TimingWheel<T> {
     ///
     /// `f` may not touch the wheel (it is borrowed); collect what you need and act afterwards.
     ///
+    /// # Panics
+    ///
+    /// If `f` panics, the advance still completes (every other due entry is handed to `f`, each
+    /// call's panic caught) and leaves the wheel consistent, then raises the first panic again.
+    /// The entry whose call panicked is gone (its value was moved into `f`).
+    ///
     /// ```
     /// let mut wheel = timing_wheel::TimingWheel::new(1, 20, 0)?;
     /// wheel.add(28, "a")?;
@@ -176,6 +183,8 @@ impl<T> TimingWheel<T> {
         } = self;
         let size = shard.geometry().size as usize;
         let mut fired = 0;
+        let mut panicked = Deferred::default();
+        let mut f = |e| panicked.call(&mut f, e);
         while let Some(b) = queue.pop_due(now) {
             markers[b.level() * size + b.slot()] = NOT_QUEUED;
             shard.advance_clock(b.expiration());
@@ -183,6 +192,7 @@ impl<T> TimingWheel<T> {
             fired += shard.flush(b, &mut f, &mut |nb| queue_bucket(size, markers, queue, nb));
         }
         shard.advance_clock(now);
+        panicked.resume();
         fired
     }
 
