@@ -35,8 +35,9 @@ use crate::timer::{Inner, Job};
 /// A permit-based parker: `unpark` before `park` makes `park` return at once.
 ///
 /// Ground rules: `notified` is the permit, read and written under its mutex only. Sleepers on
-/// the condvar are any thread (`park`: the reaper without an alarm, `advance_clock`, shutdown's
-/// wait); the alarm has one sleeper, the reaper (`park_reaper`). The alarm is set only under the
+/// the condvar are any thread (`park`: the reaper without an alarm, and shutdown's bounded
+/// wait; `park_since`: `advance_clock` callers, which wait for an epoch change and never take
+/// the permit); `unpark` wakes them all. The alarm has one sleeper, the reaper (`park_reaper`). The alarm is set only under the
 /// mutex: by the reaper before it blocks (after seeing no permit), by `unpark` to "at once"
 /// (after granting the permit), and by `rearm` only while no permit is pending and no `unpark`
 /// came since its caller read the wheel (`epoch`). So an `unpark` is never lost: it lands either
@@ -88,6 +89,23 @@ impl Parker {
         *n = false;
     }
 
+    /// Sleeps until an `unpark` that came after `epoch` was read ([`epoch`](Self::epoch), taken
+    /// before the caller looked at the state it waits on; at once if one came already), or for
+    /// at most `timeout`; may return early (spuriously). Leaves the permit alone, which is the
+    /// reaper's: for any number of other sleepers (`advance_clock`), none of which can then
+    /// take a wake-up meant for another, or one meant for the reaper.
+    pub(crate) fn park_since(&self, epoch: u64, timeout: Option<Duration>) {
+        let mut n = self.notified.lock();
+        if self.epoch.load(Ordering::Acquire) != epoch {
+            return;
+        }
+        match timeout {
+            Some(d) if d.is_zero() => {}
+            Some(d) => self.cv.wait_for(&mut n, d),
+            None => self.cv.wait(&mut n),
+        }
+    }
+
     /// A reading of the alarm's clock (when there is an alarm), to take **before** reading the
     /// timer's clock for the length of a sleep that [`park_reaper`](Self::park_reaper) or
     /// [`rearm`](Self::rearm) then sets: the alarm counts that length from this stamp, so a
@@ -127,11 +145,14 @@ impl Parker {
         self.park(timeout);
     }
 
+    /// Grants the permit, bumps the epoch and wakes **every** sleeper on the condvar (the
+    /// reaper, and any number of [`park_since`](Self::park_since) callers: with `notify_one`,
+    /// one of two `advance_clock` callers slept on after the clock moved or a shutdown).
     pub(crate) fn unpark(&self) {
         let mut n = self.notified.lock();
         *n = true;
         self.epoch.fetch_add(1, Ordering::AcqRel);
-        self.cv.notify_one();
+        self.cv.notify_all();
         #[cfg(target_os = "linux")]
         if let Some(alarm) = &self.alarm {
             alarm.fire();
@@ -408,6 +429,9 @@ pub(crate) fn advance_clock<T: TimerTask>(inner: &Inner<T>, timeout: Duration) -
     let start = inner.clock.now_ns();
     let limit = start.saturating_add(u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX));
     loop {
+        // Read before the state it waits on: an unpark (a clock move, an add, a shutdown) that
+        // comes after it ends the sleep below.
+        let epoch = inner.parker.epoch();
         if inner.stopping.load(Ordering::Acquire) {
             return false;
         }
@@ -423,6 +447,8 @@ pub(crate) fn advance_clock<T: TimerTask>(inner: &Inner<T>, timeout: Duration) -
             return false;
         }
         let wake_at = next.map_or(limit, |x| x.min(limit));
-        inner.parker.park(inner.clock.sleep_for(wake_at));
+        inner
+            .parker
+            .park_since(epoch, inner.clock.sleep_for(wake_at));
     }
 }

@@ -782,7 +782,11 @@ impl<T: TimerTask> SystemTimer<T> {
         #[cfg(not(loom))]
         threads.stop_reaper(inner);
         let mut out = Vec::new();
-        inner.wheel.lock().close(|f| out.push(f.value));
+        let closed = inner.wheel.lock().close(|f| out.push(f.value));
+        // The wheel's entries held the cap's slots: give them back with the entries.
+        if let Some(cap) = &inner.cap {
+            cap.used.fetch_sub(closed, Ordering::AcqRel);
+        }
         inner.wait_idle();
         let closed = std::mem::replace(&mut *inner.dispatch.lock(), Dispatch::Closed);
         match closed {
@@ -897,9 +901,22 @@ impl<T: TimerTask> Inner<T> {
         task: T,
         add: impl FnOnce(&ConcurrentWheel<T>, u64, T) -> Result<Added<H>, AddError<T>>,
     ) -> Result<Option<H>, ScheduleError<T>> {
+        if deadline_ns > u64::MAX - self.tick_ns {
+            // Past the wheel's last tick: "never" to the wheel. Unless the clock has reached it
+            // (a clock at the end of its range, e.g. a saturated manual clock): then it is due,
+            // as any deadline in the past is.
+            if deadline_ns <= self.clock.now_ns() {
+                self.dispatch_now(Job { task, deadline_ns })?;
+                return Ok(None);
+            }
+        }
         if let Some(cap) = &self.cap {
             if cap.used.fetch_add(1, Ordering::AcqRel) >= cap.max {
                 cap.used.fetch_sub(1, Ordering::AcqRel);
+                // A shut-down timer says so, full or not: `Full` invites a retry.
+                if self.stopping.load(Ordering::Acquire) {
+                    return Err(ScheduleError::Shutdown(task));
+                }
                 return Err(ScheduleError::Full(task));
             }
         }

@@ -434,6 +434,26 @@ fn the_pending_cap_hands_the_task_back() {
     assert!(timer.add(MS, || ()).is_ok(), "fired tasks free their slots");
 }
 
+/// A full timer that is shut down says `Shutdown`, not `Full` (which invites a retry for
+/// ever), and the shutdown gives the cap's slots back with the tasks it returns.
+#[test]
+fn a_full_timer_after_shutdown_refuses_with_shutdown() {
+    let timer: SystemTimer = SystemTimer::builder()
+        .clock(ManualClock::new(0))
+        .reaper(false)
+        .inline()
+        .max_pending(2)
+        .build();
+    for _ in 0..2 {
+        timer.add(60 * MS, || ()).unwrap();
+    }
+    assert!(timer.add(MS, || ()).unwrap_err().is_full());
+    assert_eq!(timer.shutdown().len(), 2);
+    let e = timer.add(MS, || ()).unwrap_err();
+    assert!(e.is_shutdown(), "got {e:?}");
+    assert_eq!(timer.stats().pending, 0);
+}
+
 /// `Duration::MAX` saturates to "never": the task does not fire, even after a long time.
 #[test]
 fn a_huge_delay_never_fires() {
@@ -452,6 +472,26 @@ fn a_huge_delay_never_fires() {
     assert_eq!(log.total(), 0);
     assert!(h.is_pending() && h2.is_pending());
     assert_eq!(timer.len(), 2);
+}
+
+/// A clock at the end of its range (a manual clock saturated at `u64::MAX` ns): a task due now
+/// (zero delay, or a deadline the clock has passed) still runs at the next advance. Before, every
+/// deadline past the wheel's last tick was filed as "never", due ones included.
+#[test]
+fn at_the_end_of_the_clock_due_tasks_still_run() {
+    let clock = ManualClock::new(0);
+    let timer = manual(&clock, 20);
+    clock.advance(Duration::MAX);
+    timer.advance();
+    let log = Log::default();
+    timer.add(Duration::ZERO, log.task(&clock, 1)).unwrap();
+    timer
+        .add_at(Duration::from_nanos(u64::MAX - 1), log.task(&clock, 2))
+        .unwrap();
+    timer.advance();
+    assert_eq!((log.runs(1).len(), log.runs(2).len()), (1, 1));
+    assert_eq!(timer.len(), 0);
+    timer.check_invariants();
 }
 
 /// Advancing to a time ahead of the clock is clamped to the clock: `advance_to` never runs a
@@ -495,6 +535,56 @@ fn advance_clock_waits_for_the_next_bucket() {
     });
     assert!(!timer.advance_clock(MS));
     mover.join().unwrap();
+}
+
+/// Several threads blocked in `advance_clock` on a manual clock: a clock move wakes every one
+/// of them (not one), and a shutdown ends every wait. Before, the parker woke one sleeper per
+/// unpark, and a waiter could sleep on for good after the shutdown (the clock's waker gone).
+#[test]
+fn every_advance_clock_waiter_wakes_on_a_move_and_at_shutdown() {
+    let clock = ManualClock::new(0);
+    let timer = Arc::new(manual(&clock, 20));
+    let returned = Arc::new(AtomicUsize::new(0));
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let (timer, returned) = (timer.clone(), returned.clone());
+            std::thread::spawn(move || {
+                // A limit of 10 ms: each returns false once the clock has moved past it.
+                let r = timer.advance_clock(10 * MS);
+                returned.fetch_add(1, SeqCst);
+                r
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(returned.load(SeqCst), 0, "nothing moved yet");
+    clock.advance(20 * MS);
+    assert_eq!(join_all_within(waiters), [false; 3]);
+    // Waiting for ever (nothing due, an hour's limit): the shutdown ends every wait.
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let timer = timer.clone();
+            std::thread::spawn(move || timer.advance_clock(Duration::from_secs(3600)))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(100));
+    timer.shutdown();
+    assert_eq!(join_all_within(waiters), [false; 3]);
+}
+
+/// Joins the threads, failing (not hanging) if one has not finished within a generous 20 s.
+fn join_all_within<R>(threads: Vec<std::thread::JoinHandle<R>>) -> Vec<R> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    threads
+        .into_iter()
+        .map(|t| {
+            while !t.is_finished() {
+                assert!(Instant::now() < deadline, "a waiter hung");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            t.join().unwrap()
+        })
+        .collect()
 }
 
 /// Scheduling from many threads onto a reaper-driven timer on the manual clock: all run once.
