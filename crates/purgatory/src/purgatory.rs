@@ -194,7 +194,9 @@ where
     /// owner: an expiry that was already due when its operation was armed (a zero timeout)
     /// waits among the timer's due tasks, which a disarm cannot reach, and it holds the
     /// operation's cell, which holds the timer. Such a timer, dropped by everyone without a
-    /// shutdown and never advanced again, is never freed.
+    /// shutdown and never advanced again, is never freed. (With a reaper, such an expiry may
+    /// hold the timer's last reference when it runs: the timer then shuts down on a thread of
+    /// its own once the expiry returns; see [`SystemTimer::shutdown`].)
     pub fn timer(mut self, timer: Arc<SystemTimer>) -> Self {
         self.timer = Some(timer);
         self

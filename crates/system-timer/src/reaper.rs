@@ -27,10 +27,10 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, TryRecvError};
 
 use crate::sync::atomic::{AtomicU64, Ordering};
-use crate::sync::thread::{spawn_named, JoinHandle};
+use crate::sync::thread::{is_current, spawn_named, JoinHandle};
 use crate::sync::{Arc, Condvar, Mutex, Weak};
 use crate::task::TimerTask;
-use crate::timer::{Inner, Job};
+use crate::timer::{Dispatch, Inner, Job};
 
 /// A permit-based parker: `unpark` before `park` makes `park` return at once.
 ///
@@ -260,6 +260,12 @@ impl std::fmt::Debug for Threads {
 }
 
 impl Threads {
+    /// True if the calling thread is one of these (the reaper or an executor): a task of the
+    /// timer is running here.
+    pub(crate) fn runs_here(&self) -> bool {
+        self.reaper.iter().chain(&self.executors).any(is_current)
+    }
+
     /// Wakes the reaper (shutdown has set `stopping`) and joins it.
     pub(crate) fn stop_reaper<T: TimerTask>(&mut self, inner: &Inner<T>) {
         inner.parker.unpark();
@@ -278,6 +284,35 @@ impl Threads {
             let _ = e.join();
         }
         self.waker = None;
+    }
+}
+
+/// A shutdown called on one of the timer's own threads (from a task: an explicit call, or the
+/// drop of the timer's last reference, which a task may hold, e.g. through a purgatory's
+/// operation whose expiry was in flight). That thread can neither join itself nor wait for the
+/// task it is running, so a short-lived thread (`<name>-shutdown`) finishes the shutdown once
+/// the task returns, and drops the tasks it would have returned. If that thread cannot be
+/// spawned, every thread of the timer is left to stop on its own (the reaper sees `stopping`,
+/// the executors a closed channel), detached; pending tasks are dropped with the timer's
+/// state.
+pub(crate) fn shutdown_elsewhere<T: TimerTask>(inner: Arc<Inner<T>>, threads: Threads) {
+    let name = format!("{}-shutdown", inner.name);
+    let slot = Arc::new(Mutex::new(Some((inner, threads))));
+    let theirs = Arc::clone(&slot);
+    let spawned = spawn_named(name, move || {
+        if let Some((inner, threads)) = theirs.lock().take() {
+            drop(inner.finish_shutdown(threads));
+        }
+    });
+    if spawned.is_err() {
+        if let Some((inner, threads)) = slot.lock().take() {
+            inner.parker.unpark();
+            drop(std::mem::replace(
+                &mut *inner.dispatch.lock(),
+                Dispatch::Closed,
+            ));
+            inner.idle_executors.release(threads.executors.len());
+        }
     }
 }
 

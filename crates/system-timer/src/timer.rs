@@ -768,9 +768,11 @@ impl<T: TimerTask> SystemTimer<T> {
     /// started). Later `add`s fail with [`ScheduleError::Shutdown`], and handles' `cancel`
     /// returns false. Idempotent: a second call returns nothing. Dropping the timer calls it.
     ///
-    /// Do not call it from inside one of the timer's own tasks (it waits for them and joins
-    /// the thread running them), and do not let a task own the last reference to its timer
-    /// (dropping it there calls shutdown).
+    /// Called on one of the timer's own threads (from inside a task, or by the drop of a last
+    /// reference a task held), it cannot wait for the task it runs in nor join its own thread:
+    /// it then returns at once, with nothing, and a short-lived thread (`<name>-shutdown`)
+    /// finishes the shutdown once that task has returned, dropping the tasks it would have
+    /// returned. Call it from elsewhere to get them back.
     #[doc(alias = "close")]
     pub fn shutdown(&self) -> Vec<T> {
         let inner = &self.inner;
@@ -778,33 +780,16 @@ impl<T: TimerTask> SystemTimer<T> {
             return Vec::new();
         }
         #[cfg(not(loom))]
-        let mut threads = std::mem::take(&mut *self.threads.lock());
-        #[cfg(not(loom))]
-        threads.stop_reaper(inner);
-        let mut out = Vec::new();
-        let closed = inner.wheel.lock().close(|f| out.push(f.value));
-        // The wheel's entries held the cap's slots: give them back with the entries.
-        if let Some(cap) = &inner.cap {
-            cap.used.fetch_sub(closed, Ordering::AcqRel);
-        }
-        inner.wait_idle();
-        let closed = std::mem::replace(&mut *inner.dispatch.lock(), Dispatch::Closed);
-        match closed {
-            Dispatch::Inline(jobs) => {
-                inner
-                    .stats
-                    .returned
-                    .fetch_add(jobs.len() as u64, Ordering::Release);
-                out.extend(jobs.into_iter().map(|j| j.task));
+        {
+            let threads = std::mem::take(&mut *self.threads.lock());
+            if threads.runs_here() {
+                crate::reaper::shutdown_elsewhere(Arc::clone(inner), threads);
+                return Vec::new();
             }
-            #[cfg(not(loom))]
-            Dispatch::Executor(tx) => drop(tx),
-            Dispatch::Closed => {}
+            inner.finish_shutdown(threads)
         }
-        #[cfg(not(loom))]
-        threads.join_executors(inner);
-        out.append(&mut inner.returned.lock());
-        out
+        #[cfg(loom)]
+        inner.finish_shutdown()
     }
 
     /// Panics if an invariant of the wheel or the counters is broken (for tests and models).
@@ -1173,6 +1158,42 @@ impl<T: TimerTask> Inner<T> {
                 std::mem::forget(again);
             }
         }
+    }
+
+    /// The rest of [`SystemTimer::shutdown`], once `stopping` is set: joins the reaper, closes
+    /// the wheel, waits for advances in flight, closes the dispatch, joins the executors, and
+    /// returns every task that neither ran nor was cancelled.
+    pub(crate) fn finish_shutdown(
+        &self,
+        #[cfg(not(loom))] mut threads: crate::reaper::Threads,
+    ) -> Vec<T> {
+        let inner = self;
+        #[cfg(not(loom))]
+        threads.stop_reaper(inner);
+        let mut out = Vec::new();
+        let closed = inner.wheel.lock().close(|f| out.push(f.value));
+        // The wheel's entries held the cap's slots: give them back with the entries.
+        if let Some(cap) = &inner.cap {
+            cap.used.fetch_sub(closed, Ordering::AcqRel);
+        }
+        inner.wait_idle();
+        let closed = std::mem::replace(&mut *inner.dispatch.lock(), Dispatch::Closed);
+        match closed {
+            Dispatch::Inline(jobs) => {
+                inner
+                    .stats
+                    .returned
+                    .fetch_add(jobs.len() as u64, Ordering::Release);
+                out.extend(jobs.into_iter().map(|j| j.task));
+            }
+            #[cfg(not(loom))]
+            Dispatch::Executor(tx) => drop(tx),
+            Dispatch::Closed => {}
+        }
+        #[cfg(not(loom))]
+        threads.join_executors(inner);
+        out.append(&mut inner.returned.lock());
+        out
     }
 
     /// Waits until no advance is between taking tasks out of the wheel and dispatching them.
