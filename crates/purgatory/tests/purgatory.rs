@@ -824,6 +824,49 @@ fn taken_back_operations_count_towards_the_purge() {
     p.check_invariants();
 }
 
+/// A purge made due while a shared timer is at its cap of pending tasks (so the purge task is
+/// refused) runs at once on the completing thread instead of being skipped for an interval.
+#[test]
+fn a_purge_refused_by_a_full_shared_timer_runs_at_once() {
+    let clock = ManualClock::new(0);
+    let timer = Arc::new(
+        SystemTimer::builder()
+            .clock(clock.clone())
+            .reaper(false)
+            .inline()
+            .max_pending(8)
+            .build(),
+    );
+    let p: Purgatory<&'static str, Op> = Purgatory::builder()
+        .timer(Arc::clone(&timer))
+        .purge_interval(4)
+        .build();
+    let probe = Probe::default();
+    for _ in 0..8 {
+        p.try_complete_else_watch(probe.op(), LONG, &["a", "b"])
+            .unwrap();
+    }
+    // Disarmed (their slots freed), still watched on "b"; then the timer is filled by someone
+    // else.
+    let handles = p.cancel_for_key(&"a");
+    assert_eq!(handles.len(), 8);
+    for _ in 0..8 {
+        timer.add(LONG, || ()).unwrap();
+    }
+    assert!(timer.add(LONG, || ()).unwrap_err().is_full());
+    // Four completions reach the interval (nothing is delayed): the purge is due.
+    for h in &handles[..4] {
+        assert!(h.force_complete());
+    }
+    assert_eq!(
+        p.stats().purges,
+        1,
+        "the purge ran although the timer was full"
+    );
+    assert_eq!(p.watched(), 4, "the four empty cells on b were swept");
+    p.check_invariants();
+}
+
 /// Operations that only expire make the purge due by themselves: one `advance` of a
 /// purgatory driven by hand runs their expiries and then the purge they made due, with no
 /// watch or check to trigger it (Kafka checks on its reaper's every step).
