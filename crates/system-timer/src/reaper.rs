@@ -37,13 +37,14 @@ use crate::timer::{Dispatch, Inner, Job};
 /// Ground rules: `notified` is the permit, read and written under its mutex only. Sleepers on
 /// the condvar are any thread (`park`: the reaper without an alarm, and shutdown's bounded
 /// wait; `park_since`: `advance_clock` callers, which wait for an epoch change and never take
-/// the permit); `unpark` wakes them all. The alarm has one sleeper, the reaper (`park_reaper`). The alarm is set only under the
-/// mutex: by the reaper before it blocks (after seeing no permit), by `unpark` to "at once"
-/// (after granting the permit), and by `rearm` only while no permit is pending and no `unpark`
-/// came since its caller read the wheel (`epoch`). So an `unpark` is never lost: it lands either
-/// before the reaper's look at the permit (which it then consumes) or after the reaper set its
-/// alarm (which it then fires), and no `rearm` can move the alarm past it, nor past a bucket
-/// the reaper was unparked for after the rearming caller's look at the wheel.
+/// the permit); `unpark` wakes them all. The alarm has one sleeper, the reaper
+/// (`park_reaper`). The alarm is set only under the mutex: by the reaper before it blocks
+/// (after seeing no permit), by `unpark` to "at once" (after granting the permit), and by
+/// `rearm` only while no permit is pending and no `unpark` came since its caller read the
+/// wheel (`epoch`). So an `unpark` is never lost: it lands either before the reaper's look at
+/// the permit (which it then consumes) or after the reaper set its alarm (which it then
+/// fires), and no `rearm` can move the alarm past it, nor past a bucket the reaper was
+/// unparked for after the rearming caller's look at the wheel.
 #[derive(Debug, Default)]
 pub(crate) struct Parker {
     notified: Mutex<bool>,
