@@ -11,7 +11,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::time::{Duration, Instant};
 
-use crate::measure::{live_threads_cpu_ns, median};
+use crate::measure::{median, process_cpu_ns};
 use crate::rng::SplitMix64;
 
 /// Something W1 can add to and cancel from.
@@ -134,13 +134,13 @@ pub fn delays(n: usize, range_ms: u64) -> Vec<u64> {
 pub fn run_once<C: ChurnTarget>(target: &mut C, delays: &[u64]) -> ChurnFigures {
     let n = delays.len();
     let mut handles = Vec::with_capacity(n);
-    let cpu0 = live_threads_cpu_ns();
+    let cpu0 = process_cpu_ns();
     let t0 = Instant::now();
     for (i, &d) in delays.iter().enumerate() {
         handles.push(target.add(d, i as u64));
     }
     let add_wall = t0.elapsed();
-    let cpu1 = live_threads_cpu_ns();
+    let cpu1 = process_cpu_ns();
     if C::EXACT {
         assert_eq!(target.len(), n, "add phase lost tasks");
     }
@@ -152,7 +152,7 @@ pub fn run_once<C: ChurnTarget>(target: &mut C, delays: &[u64]) -> ChurnFigures 
         }
     }
     let cancel_wall = t1.elapsed();
-    let cpu2 = live_threads_cpu_ns();
+    let cpu2 = process_cpu_ns();
     let expected = n - n.div_ceil(10);
     if C::EXACT {
         assert_eq!(cancelled, expected, "cancel phase missed tasks");

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use system_timer::SystemTimer;
 use tokio_util::time::DelayQueue;
 
-use crate::measure::{live_threads_cpu_ns, machine_line, other_threads_cpu_ns};
+use crate::measure::{machine_line, other_threads_cpu_ns, process_cpu_ns};
 use crate::precision::{current_thread_runtime, HeapTimer};
 
 /// The implementations W3 knows, by name.
@@ -172,10 +172,10 @@ fn measure(t: impl Target, a: &Args) -> Row {
     std::thread::sleep(Duration::from_millis(a.settle_ms));
     let w0 = t.wakeups();
     let others0 = other_threads_cpu_ns();
-    let cpu0 = live_threads_cpu_ns();
+    let cpu0 = process_cpu_ns();
     let t0 = Instant::now();
     std::thread::sleep(Duration::from_secs_f64(a.seconds));
-    let cpu = live_threads_cpu_ns().saturating_sub(cpu0);
+    let cpu = process_cpu_ns().saturating_sub(cpu0);
     let wall = t0.elapsed();
     let others = other_threads_cpu_ns().saturating_sub(others0);
     let wakeups = t.wakeups().zip(w0).map(|(b, a)| b - a);
@@ -191,6 +191,10 @@ fn measure(t: impl Target, a: &Args) -> Row {
 /// Runs the workload and prints its table; returns the process exit code.
 pub fn run(args: &Args) -> ExitCode {
     let a = args;
+    if !(a.seconds >= 0.0 && a.seconds <= 1e6) {
+        eprintln!("error: need 0 <= --seconds <= 1000000");
+        return ExitCode::from(2);
+    }
     let delay = Duration::from_secs(a.delay_s);
     println!(
         "W3 idle: one task due in {} s, settle {} ms, then {} s idle; process CPU over the idle \

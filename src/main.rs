@@ -56,7 +56,7 @@ enum Cmd {
         r#impl: String,
         #[arg(long)]
         n: usize,
-        #[arg(long)]
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
         range_ms: u64,
     },
 }
@@ -67,7 +67,7 @@ struct W1Args {
     #[arg(long, default_value_t = 1_000_000)]
     n: usize,
     /// Delay range in ms (delay = 1 + rand % range).
-    #[arg(long, default_value_t = 30_000)]
+    #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
     range_ms: u64,
     /// Runs per implementation (the table shows medians).
     #[arg(long, default_value_t = 3)]

@@ -5,20 +5,18 @@
 use std::fs;
 use std::time::{Duration, Instant};
 
-/// CPU time of the whole process so far, in nanoseconds: the sum of every live thread's
-/// `/proc/self/task/*/schedstat` run time (exact to the nanosecond, unlike `/proc/self/stat`'s
-/// 10 ms ticks), plus what threads that have already exited used (from `/proc/self/stat`).
+/// CPU time of the whole process so far, in nanoseconds: `CLOCK_PROCESS_CPUTIME_ID`, exact to
+/// the nanosecond for every thread, running ones (brought up to date by the call) and exited
+/// ones included. (`/proc/self/stat` counts in 10 ms ticks, and a running thread's `schedstat`
+/// lags by up to a scheduler tick.)
 pub fn process_cpu_ns() -> u64 {
-    // Threads that exited are folded into the process totals of /proc/self/stat (in ticks).
-    let stat_total = stat_cpu_ns().unwrap_or(0);
-    live_threads_cpu_ns().max(stat_total)
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    (t.tv_sec as u64).saturating_mul(1_000_000_000) + t.tv_nsec as u64
 }
 
-/// CPU time of the threads alive now, in nanoseconds: the sum of `/proc/self/task/*/schedstat`.
-/// Exact to the nanosecond, so the difference of two readings is the CPU the process used in
-/// between, provided no thread exited in between (a thread started in between counts from its
-/// start). Prefer it to [`process_cpu_ns`] for short or near-idle stretches: once a thread has
-/// exited, that one falls back to `/proc/self/stat`'s 10 ms ticks.
+/// CPU time of the threads alive now, in nanoseconds: the sum of `/proc/self/task/*/schedstat`,
+/// each as of its thread's last context switch or scheduler tick (a running thread's lags by
+/// up to a tick: use [`process_cpu_ns`] to time work that does not sleep).
 pub fn live_threads_cpu_ns() -> u64 {
     threads_cpu_ns(None)
 }
@@ -115,13 +113,11 @@ pub fn thread_cpu_ns() -> u64 {
     schedstat_ns(std::path::Path::new("/proc/thread-self"))
 }
 
-fn stat_cpu_ns() -> Option<u64> {
-    let s = fs::read_to_string("/proc/self/stat").ok()?;
-    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
-    let rest = &s[s.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-    Some(ticks * 10_000_000) // USER_HZ = 100 on Linux
+/// Resets the process's peak resident set size (`VmHWM`) to its current size (Linux 4.0+:
+/// `/proc/self/clear_refs`), so that a run that follows another in the same process measures
+/// its own peak. Best effort: where it is not supported the peak stays the process's.
+pub fn reset_peak_rss() {
+    let _ = fs::write("/proc/self/clear_refs", "5");
 }
 
 /// Peak resident set size of the process (`VmHWM`), in bytes.

@@ -19,7 +19,7 @@ use crate::churn::{
     self, ChurnFigures, ChurnTarget, ConcurrentWheelTarget, DelayQueueTarget, FromId, HeapTarget,
     IdTask, KeyedTimerTarget, TimerTarget, TypedTimerTarget,
 };
-use crate::measure::{live_threads_cpu_ns, machine_line, median};
+use crate::measure::{machine_line, median, process_cpu_ns};
 
 /// The implementations W1x2 knows, by name.
 pub const IMPLS: &[&str] = &[
@@ -47,7 +47,7 @@ pub struct Args {
     #[arg(long, default_value_t = 1_000_000)]
     pub n: usize,
     /// Delay range in ms (delay = 1 + rand % range).
-    #[arg(long, default_value_t = 30_000)]
+    #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub range_ms: u64,
     /// Runs per implementation, each a W1 run and a W1x2 run (the table shows medians).
     #[arg(long, default_value_t = 3)]
@@ -182,7 +182,7 @@ pub fn run_once<S: SharedTarget>(target: &S, delays: &[u64], split: Split) -> Pa
     // The workers and this thread: this thread reads the CPU clock while the workers are alive
     // (the first reading is taken before they start, so all of their CPU counts).
     let done = Barrier::new(3);
-    let cpu0 = live_threads_cpu_ns();
+    let cpu0 = process_cpu_ns();
     let (cpu, stamps, cancelled) = std::thread::scope(|s| {
         let workers: Vec<_> = (0..2)
             .map(|t| {
@@ -212,7 +212,7 @@ pub fn run_once<S: SharedTarget>(target: &S, delays: &[u64], split: Split) -> Pa
             })
             .collect();
         done.wait();
-        let cpu = live_threads_cpu_ns().saturating_sub(cpu0);
+        let cpu = process_cpu_ns().saturating_sub(cpu0);
         done.wait();
         let results: Vec<(Stamps, usize)> = workers
             .into_iter()
