@@ -491,7 +491,10 @@ struct Sampler {
     tty: bool,
     next_sample_ns: u64,
     next_print_s: f64,
-    last_issued: usize,
+    /// Requests issued by the end of the last whole window recorded (estimated: see `poll`).
+    last_issued: f64,
+    /// The previous sample: its time (ns) and the requests issued by then.
+    last_sample: (u64, usize),
     peak: usize,
     series: Vec<f64>,
     printed: bool,
@@ -504,7 +507,8 @@ impl Sampler {
             tty: std::io::stderr().is_terminal(),
             next_sample_ns: 10_000_000,
             next_print_s: every_s,
-            last_issued: 0,
+            last_issued: 0.0,
+            last_sample: (0, 0),
             peak: 0,
             series: Vec::new(),
             printed: false,
@@ -521,14 +525,21 @@ impl Sampler {
         self.next_sample_ns = now_ns - now_ns % 10_000_000 + 10_000_000;
         self.peak = self.peak.max(counts(issued, false).pending);
         // The issue rate of each whole 100 ms window passed (spread evenly over the windows
-        // that passed since the last sample, if more than one did).
+        // that passed since the last sample, if more than one did). The requests issued by the
+        // windows' end are interpolated between this sample and the previous one: this sample
+        // also counts those issued since, in the window now under way.
         let windows = (now_ns / 100_000_000).saturating_sub(self.series.len() as u64);
         if windows > 0 {
-            let rate = (issued - self.last_issued) as f64 * 10.0 / windows as f64;
+            let end_ns = (self.series.len() as u64 + windows) * 100_000_000;
+            let (t0, n0) = self.last_sample;
+            let share = (end_ns - t0) as f64 / (now_ns - t0).max(1) as f64;
+            let at_end = n0 as f64 + (issued - n0) as f64 * share.min(1.0);
+            let rate = (at_end - self.last_issued) * 10.0 / windows as f64;
             self.series
                 .extend(std::iter::repeat_n(rate, windows as usize));
-            self.last_issued = issued;
+            self.last_issued = at_end;
         }
+        self.last_sample = (now_ns, issued);
         let t = now_ns as f64 / 1e9;
         if self.every_s > 0.0 && t >= self.next_print_s {
             self.next_print_s += self.every_s;
@@ -1618,6 +1629,26 @@ mod tests {
             let mut a = small(Model::Kafka);
             spoil(&mut a);
             assert!(validate(&a).is_err(), "case {i} accepted");
+        }
+    }
+
+    /// The per-window issue rate (the plot's) counts each window's own requests: those issued
+    /// after a window's end but before the sample that closes it go to the next window.
+    #[test]
+    fn the_rate_series_splits_a_sample_at_the_window_boundary() {
+        let none = |_: usize, _: bool| Counts {
+            pending: 0,
+            completed: 0,
+            expired: 0,
+        };
+        let mut s = Sampler::new(0.0);
+        // 1,000 requests a second: 95 by 95 ms, 105 by 105 ms, 205 by 205 ms.
+        s.poll(95_000_000, 95, none);
+        s.poll(105_000_000, 105, none);
+        s.poll(205_000_000, 205, none);
+        assert_eq!(s.series.len(), 2);
+        for rate in &s.series {
+            assert!((rate - 1000.0).abs() < 1e-6, "{:?}", s.series);
         }
     }
 

@@ -108,7 +108,13 @@ fn main() -> ExitCode {
         Some(Cmd::W2(a)) => return kafka_timer::precision::run(&a),
         Some(Cmd::W3(a)) => return kafka_timer::idle::run(&a),
         Some(Cmd::W4(a)) => return kafka_timer::load::run(&a),
-        Some(Cmd::W5(a)) => w5(&a),
+        Some(Cmd::W5(a)) => {
+            if a.sizes.contains(&0) || a.runs == 0 {
+                eprintln!("error: every --sizes value and --runs must be at least 1");
+                return ExitCode::from(2);
+            }
+            w5(&a)
+        }
         Some(Cmd::WakeCost { period_us, count }) => {
             let (cpu_ns, wall) =
                 kafka_timer::measure::wake_cost(std::time::Duration::from_micros(period_us), count);
