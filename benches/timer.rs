@@ -47,6 +47,7 @@ fn churn<C: ChurnTarget>(c: &mut Criterion, phase: Phase, name: &str, make: fn()
                 |(t, _), h| {
                     black_box(t.cancel(h));
                 },
+                |_| {},
             )
         });
     });
