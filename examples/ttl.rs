@@ -62,11 +62,18 @@ fn main() {
     assert_eq!(store.ttls.len(), 3);
 
     // The engine sleeps until the wheel's next expiration (it never ticks through idle time).
+    let mut evicted = Vec::new();
     while let Some(t) = store.ttls.next_expiration() {
         for key in store.tick(t) {
             println!("t = {:>6} ms: {key} expired", store.now_ms);
+            evicted.push((store.now_ms, key));
         }
     }
+    // In TTL order, each at its TTL (the wheel's tick is 1 ms: never early, never a tick late),
+    // the renewed session at its new TTL, not its first one.
+    let at: Vec<u64> = evicted.iter().map(|(t, _)| *t).collect();
+    assert_eq!(at, [250, 5_000, 60_000], "{evicted:?}");
+    assert_eq!(evicted[2].1, "session:alice", "{evicted:?}");
     assert_eq!(store.get("session:alice"), None);
     assert!(store.data.is_empty() && store.ttls.is_empty());
     println!("all TTLs expired in order; the renewed key lived for its new TTL");

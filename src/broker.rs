@@ -119,6 +119,9 @@ struct Partition {
     leo: AtomicU64,
     hw: AtomicU64,
     followers: Vec<AtomicU64>,
+    /// Each HW a follower raised, with the time its checks of both purgatories had returned:
+    /// an operation ready by then must have completed (see `DelayedProduce::on_expiration`).
+    checked: Mutex<Vec<(u64, Instant)>>,
 }
 
 struct Log {
@@ -129,12 +132,26 @@ impl Log {
     fn hw(&self, p: u32) -> u64 {
         self.partitions[p as usize].hw.load(SeqCst)
     }
+
+    /// When the first check of partition `p` after its HW reached `offset` had returned, if
+    /// one has.
+    fn checked_past(&self, p: u32, offset: u64) -> Option<Instant> {
+        let checked = self.partitions[p as usize].checked.lock().unwrap();
+        checked
+            .iter()
+            .filter(|&&(hw, _)| hw >= offset)
+            .map(|&(_, at)| at)
+            .min()
+    }
 }
 
 /// One produce response: per partition, the status and the HW when the response was built.
 struct ProduceResponse {
     statuses: Vec<(u32, u64, Status, u64)>,
     expired: bool,
+    /// Expired although, for every partition, a check after its HW reached the offset had
+    /// already returned: that check must have completed it (a lost wake-up).
+    expired_when_ready: bool,
 }
 
 /// Kafka's `DelayedProduce` (acks = all).
@@ -179,12 +196,24 @@ impl DelayedOperation for DelayedProduce {
         *self.responses[self.id].lock().unwrap() = Some(ProduceResponse {
             statuses,
             expired: false,
+            expired_when_ready: false,
         });
     }
     fn on_expiration(&mut self) {
         self.expired = true;
+        // Under the operation's lock: a check that visits it now blocks until the expiry is
+        // done, so any check that has already returned visited it before (or it was watched
+        // after the HW move, and its own second try saw the HW).
+        let now = Instant::now();
+        let ready_since = self
+            .parts
+            .iter()
+            .map(|&(p, required, _)| self.log.checked_past(p, required))
+            .collect::<Option<Vec<_>>>()
+            .and_then(|at| at.into_iter().max());
         if let Some(r) = self.responses[self.id].lock().unwrap().as_mut() {
             r.expired = true;
+            r.expired_when_ready = ready_since.is_some_and(|at| at < now);
         }
     }
 }
@@ -263,6 +292,7 @@ pub fn run(cfg: &Config) -> Report {
                 leo: AtomicU64::new(0),
                 hw: AtomicU64::new(0),
                 followers: (0..cfg.followers).map(|_| AtomicU64::new(0)).collect(),
+                checked: Mutex::new(Vec::new()),
             })
             .collect(),
     });
@@ -311,6 +341,7 @@ pub fn run(cfg: &Config) -> Report {
                         if part.hw.fetch_max(min, SeqCst) < min {
                             produce.check_and_complete(&(p as u32));
                             fetch.check_and_complete(&(p as u32));
+                            part.checked.lock().unwrap().push((min, Instant::now()));
                         }
                     }
                 }
@@ -491,6 +522,13 @@ pub fn run(cfg: &Config) -> Report {
     if let Some(t) = stats_thread {
         t.join().expect("stats thread panicked");
     }
+    // A panic in an operation's callbacks on a timer thread is caught (and counted) there.
+    let panicked = produce.timer().stats().panicked + fetch.timer().stats().panicked;
+    if panicked > 0 {
+        report.problems.push(format!(
+            "{panicked} panics on the purgatories' timer threads"
+        ));
+    }
     let left_produce = produce.shutdown();
     let left_fetch = fetch.shutdown();
     if !left_produce.is_empty() || !left_fetch.is_empty() {
@@ -532,8 +570,19 @@ pub fn run(cfg: &Config) -> Report {
                 ));
             }
         }
-        // (All acknowledged yet expired is legal: try_complete updates statuses as the HW
-        // moves, and the timer may win the lock just after the last one was acknowledged.)
+        // All acknowledged yet expired is not: try_complete acknowledges under the operation's
+        // lock and completes it in the same hold once every partition is acknowledged.
+        if all_acked && r.expired {
+            report.problems.push(format!(
+                "produce {id}: every partition acknowledged, yet expired"
+            ));
+        }
+        if r.expired_when_ready {
+            report.problems.push(format!(
+                "produce {id}: expired although a check after its HW moves had returned (a \
+                 lost wake-up)"
+            ));
+        }
         if !all_acked && !r.expired {
             report.problems.push(format!(
                 "produce {id}: REQUEST_TIMED_OUT but not completed by expiry"
