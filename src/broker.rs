@@ -133,6 +133,28 @@ impl Log {
         self.partitions[p as usize].hw.load(SeqCst)
     }
 
+    /// When the checks of the partitions in `parts` (partition, fetch offset) had first made
+    /// `min_bytes` available in total, going by the HW each check followed: the time the
+    /// fetch must have completed by, if it has come.
+    fn checked_bytes(&self, parts: &[(u32, u64)], min_bytes: u64) -> Option<Instant> {
+        let mut moves: Vec<(Instant, usize, u64)> = Vec::new();
+        for (k, &(p, _)) in parts.iter().enumerate() {
+            let checked = self.partitions[p as usize].checked.lock().unwrap();
+            moves.extend(checked.iter().map(|&(hw, at)| (at, k, hw)));
+        }
+        moves.sort_by_key(|m| m.0);
+        let mut hw = vec![0u64; parts.len()];
+        moves.into_iter().find_map(|(at, k, h)| {
+            hw[k] = hw[k].max(h);
+            let available: u64 = parts
+                .iter()
+                .zip(&hw)
+                .map(|(&(_, off), &h)| h.saturating_sub(off))
+                .sum();
+            (available >= min_bytes).then_some(at)
+        })
+    }
+
     /// When the first check of partition `p` after its HW reached `offset` had returned, if
     /// one has.
     fn checked_past(&self, p: u32, offset: u64) -> Option<Instant> {
@@ -222,6 +244,9 @@ impl DelayedOperation for DelayedProduce {
 struct FetchResponse {
     bytes: u64,
     expired: bool,
+    /// Expired although checks that had already returned made `min_bytes` available: they
+    /// must have completed it (a lost wake-up).
+    expired_when_ready: bool,
 }
 
 /// Kafka's `DelayedFetch` (a consumer reading up to the HW).
@@ -235,6 +260,7 @@ struct DelayedFetch {
     answered: Arc<Vec<AtomicU8>>,
     bytes: u64,
     expired: bool,
+    expired_when_ready: bool,
 }
 
 impl DelayedFetch {
@@ -266,6 +292,12 @@ impl DelayedOperation for DelayedFetch {
     }
     fn on_expiration(&mut self) {
         self.expired = true;
+        // As for produces: under the operation's lock, so a check that has returned visited it.
+        let now = Instant::now();
+        self.expired_when_ready = self
+            .log
+            .checked_bytes(&self.parts, self.min_bytes)
+            .is_some_and(|at| at < now);
     }
 }
 
@@ -278,6 +310,7 @@ impl Drop for DelayedFetch {
             FetchResponse {
                 bytes: self.bytes,
                 expired: self.expired,
+                expired_when_ready: self.expired_when_ready,
             },
         ));
     }
@@ -438,6 +471,7 @@ pub fn run(cfg: &Config) -> Report {
                         answered: answered.clone(),
                         bytes: 0,
                         expired: false,
+                        expired_when_ready: false,
                     };
                     if fetch
                         .try_complete_else_watch(op, cfg.fetch_max_wait, &mine)
@@ -453,6 +487,12 @@ pub fn run(cfg: &Config) -> Report {
                     };
                     if rid != id {
                         outcomes.2.push(format!("fetch {id}: response for {rid}"));
+                    }
+                    if resp.expired_when_ready {
+                        outcomes.2.push(format!(
+                            "fetch {id}: expired although a check had made its bytes available \
+                             (a lost wake-up)"
+                        ));
                     }
                     if resp.expired {
                         outcomes.1 += 1;
