@@ -587,6 +587,87 @@ fn len_races_advance() {
     });
 }
 
+/// A timer with a cap of `max` pending tasks, on two shards (so two adds take different shard
+/// locks and race only on the cap's counter).
+fn capped(clock: &ManualClock, max: usize) -> SystemTimer<Probe> {
+    Builder::<Probe>::new()
+        .tick(MS)
+        .wheel_size(4)
+        .clock(clock.clone())
+        .shards(2)
+        .reaper(false)
+        .inline()
+        .max_pending(max)
+        .build()
+}
+
+/// Two adds race for a cap's last slot: exactly one gets it, whichever.
+///
+/// Catches: a cap tested and then taken in two steps (both adds admitted).
+#[test]
+fn adds_race_for_the_last_cap_slot() {
+    model(&["main won", "thread won"], || {
+        let clock = ManualClock::new(0);
+        let log = new_log();
+        let timer = Arc::new(capped(&clock, 1));
+        let other = {
+            let (timer, clock, log) = (Arc::clone(&timer), clock.clone(), Arc::clone(&log));
+            thread::spawn(move || timer.add_keyed(2 * MS, probe(2, &clock, &log)).is_ok())
+        };
+        let mine = timer.add_keyed(2 * MS, probe(1, &clock, &log)).is_ok();
+        let theirs = other.join().unwrap();
+        assert!(
+            mine != theirs,
+            "a cap of 1 admitted {} tasks",
+            usize::from(mine) + usize::from(theirs)
+        );
+        assert_eq!(timer.len(), 1);
+        timer.check_invariants();
+        drop(timer.shutdown());
+        if mine {
+            "main won"
+        } else {
+            "thread won"
+        }
+    });
+}
+
+/// A keyed cancel races an add on a full timer: the add fits exactly when the cancel's slot was
+/// given back first, and afterwards the slots in use are exactly the tasks pending.
+///
+/// Catches: a cancel that does not give its slot back.
+#[test]
+fn keyed_cancel_gives_its_cap_slot_to_a_racing_add() {
+    model(&["add fitted", "add was refused"], || {
+        let clock = ManualClock::new(0);
+        let log = new_log();
+        let timer = Arc::new(capped(&clock, 1));
+        let k = timer.add_keyed(2 * MS, probe(1, &clock, &log)).unwrap();
+        let canceller = {
+            let timer = Arc::clone(&timer);
+            thread::spawn(move || timer.cancel(k))
+        };
+        let raced = timer.add_keyed(2 * MS, probe(2, &clock, &log));
+        assert!(canceller.join().unwrap(), "nothing else removes the task");
+        let outcome = match raced {
+            Ok(_) => "add fitted",
+            Err(ScheduleError::Full(p)) => {
+                assert_eq!(p.id, 2);
+                "add was refused"
+            }
+            Err(e) => panic!("{e:?}"),
+        };
+        // One more add fits exactly when nothing is pending.
+        let free = timer.is_empty();
+        let more = timer.add_keyed(2 * MS, probe(3, &clock, &log));
+        assert_eq!(more.is_ok(), free, "a slot leaked or was given twice");
+        drop(more);
+        timer.check_invariants();
+        drop(timer.shutdown());
+        outcome
+    });
+}
+
 /// LOOM.md §8's skeleton, verbatim against the real API (only `.reaper(false)`: a loom build
 /// runs tasks inline by itself): a user cancels while the reaper flushes the overflow bucket
 /// (re-adding the entry one level down) and then reaches the entry's deadline.
