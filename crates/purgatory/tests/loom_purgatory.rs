@@ -1,5 +1,5 @@
 //! Loom models of `Purgatory`: one race per test, named after the race (see `shared/LOOM.md`,
-//! §6, races R3, R5, R6 and R7, plus forced completion and shutdown).
+//! §6, races R3, R5, R6 and R7, plus forced completion, shutdown and the purge's scheduling).
 //!
 //! Run with:
 //!
@@ -965,5 +965,52 @@ fn cancel_for_key_races_expiry() {
         assert_eq!(p.timer().len(), 0, "the timer still holds an entry");
         p.check_invariants();
         outcome
+    });
+}
+
+/// The count-triggered purge races a completion and the advance that runs it (purge interval
+/// 1: every completion of a watched operation makes a purge due). Two operations on `K`; main
+/// forces the first and advances (running the purge scheduled so far) while a thread forces the
+/// second. A purge made due is never lost: once the thread is joined, one more advance leaves no
+/// empty cell listed. (The `scheduled` flag is cleared before the sweep, so a completion that
+/// makes a purge due while one is sweeping schedules another.)
+#[test]
+fn purge_scheduling_races_a_completion_and_the_sweep() {
+    const OUTCOMES: &[&str] = &["swept by the racing advance", "swept by the next advance"];
+    model(OUTCOMES, || {
+        let clock = ManualClock::new(0);
+        let log = Log::new();
+        let p = Arc::new(
+            Purgatory::builder()
+                .clock(clock.clone())
+                .reaper(false)
+                .purge_interval(1)
+                .build(),
+        );
+        let (a, b) = (Probe::new(1, &log), Probe::new(2, &log));
+        let wa = p.try_complete_else_watch(a.op(), LONG, &[K]).unwrap();
+        let wb = p.try_complete_else_watch(b.op(), LONG, &[K]).unwrap();
+        let other = {
+            let h = wb.handle.clone();
+            thread::spawn(move || assert!(h.force_complete()))
+        };
+        assert!(wa.handle.force_complete());
+        p.advance();
+        other.join().unwrap();
+        let left_by_the_race = p.watched();
+        p.advance();
+        assert_eq!(
+            p.watched(),
+            0,
+            "a purge made due was lost: empty cells stay listed"
+        );
+        assert!(p.stats().purges >= 1);
+        assert_eq!((log.completes(1), log.completes(2)), (1, 1));
+        p.check_invariants();
+        if left_by_the_race == 0 {
+            OUTCOMES[0]
+        } else {
+            OUTCOMES[1]
+        }
     });
 }
