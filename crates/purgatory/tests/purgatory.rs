@@ -144,6 +144,15 @@ fn manual_purging(clock: &ManualClock, n: usize) -> Purgatory<&'static str, Op> 
         .build()
 }
 
+/// A timer to share between purgatories, on `clock`, driven by hand (no reaper; tasks run in
+/// `advance`).
+fn hand_driven_timer(clock: &ManualClock) -> system_timer::Builder {
+    SystemTimer::builder()
+        .clock(clock.clone())
+        .reaper(false)
+        .inline()
+}
+
 /// Watches every probe's operation on `keys` with `timeout`.
 fn watch_all(
     p: &Purgatory<&'static str, Op>,
@@ -829,14 +838,7 @@ fn taken_back_operations_count_towards_the_purge() {
 #[test]
 fn a_purge_refused_by_a_full_shared_timer_runs_at_once() {
     let clock = ManualClock::new(0);
-    let timer = Arc::new(
-        SystemTimer::builder()
-            .clock(clock.clone())
-            .reaper(false)
-            .inline()
-            .max_pending(8)
-            .build(),
-    );
+    let timer = Arc::new(hand_driven_timer(&clock).max_pending(8).build());
     let p: Purgatory<&'static str, Op> = Purgatory::builder()
         .timer(Arc::clone(&timer))
         .purge_interval(4)
@@ -930,13 +932,7 @@ fn forced_completions_alone_are_purged_by_the_reaper() {
 #[test]
 fn a_shared_timer_outlives_a_purgatory_shutdown() {
     let clock = ManualClock::new(0);
-    let timer = Arc::new(
-        SystemTimer::builder()
-            .clock(clock.clone())
-            .reaper(false)
-            .inline()
-            .build(),
-    );
+    let timer = Arc::new(hand_driven_timer(&clock).build());
     let p1: Purgatory<&str, Op> = Purgatory::builder().timer(timer.clone()).build();
     let p2: Purgatory<&str, Op> = Purgatory::builder().timer(timer.clone()).build();
     let (a, b) = (Probe::default(), Probe::default());
@@ -962,13 +958,7 @@ fn a_shared_timer_outlives_a_purgatory_shutdown() {
 #[test]
 fn dropping_a_purgatory_leaves_no_reference_to_a_shared_timer() {
     let clock = ManualClock::new(0);
-    let timer = Arc::new(
-        SystemTimer::builder()
-            .clock(clock.clone())
-            .reaper(false)
-            .inline()
-            .build(),
-    );
+    let timer = Arc::new(hand_driven_timer(&clock).build());
     let p: Purgatory<&str, Op> = Purgatory::builder()
         .timer(timer.clone())
         .purge_interval(1)

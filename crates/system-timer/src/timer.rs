@@ -1167,21 +1167,19 @@ impl<T: TimerTask> Inner<T> {
         &self,
         #[cfg(not(loom))] mut threads: crate::reaper::Threads,
     ) -> Vec<T> {
-        let inner = self;
         #[cfg(not(loom))]
-        threads.stop_reaper(inner);
+        threads.stop_reaper(self);
         let mut out = Vec::new();
-        let closed = inner.wheel.lock().close(|f| out.push(f.value));
+        let closed = self.wheel.lock().close(|f| out.push(f.value));
         // The wheel's entries held the cap's slots: give them back with the entries.
-        if let Some(cap) = &inner.cap {
+        if let Some(cap) = &self.cap {
             cap.used.fetch_sub(closed, Ordering::AcqRel);
         }
-        inner.wait_idle();
-        let closed = std::mem::replace(&mut *inner.dispatch.lock(), Dispatch::Closed);
+        self.wait_idle();
+        let closed = std::mem::replace(&mut *self.dispatch.lock(), Dispatch::Closed);
         match closed {
             Dispatch::Inline(jobs) => {
-                inner
-                    .stats
+                self.stats
                     .returned
                     .fetch_add(jobs.len() as u64, Ordering::Release);
                 out.extend(jobs.into_iter().map(|j| j.task));
@@ -1191,8 +1189,8 @@ impl<T: TimerTask> Inner<T> {
             Dispatch::Closed => {}
         }
         #[cfg(not(loom))]
-        threads.join_executors(inner);
-        out.append(&mut inner.returned.lock());
+        threads.join_executors(self);
+        out.append(&mut self.returned.lock());
         out
     }
 
