@@ -60,6 +60,9 @@ pub struct Config {
     pub stats_every: Option<Duration>,
     /// Random seed.
     pub seed: u64,
+    /// Fetches the simulation can log (one byte each); a consumer that would issue more stops
+    /// and the run reports it as a problem.
+    pub max_fetches: usize,
 }
 
 impl Default for Config {
@@ -78,6 +81,7 @@ impl Default for Config {
             produce_pace: Duration::from_millis(2),
             stats_every: Some(Duration::from_millis(500)),
             seed: 42,
+            max_fetches: 1_000_000,
         }
     }
 }
@@ -431,7 +435,7 @@ pub fn run(cfg: &Config) -> Report {
     // Consumers: fetch until the producers are done and everything produced was read.
     let fetches_issued = Arc::new(AtomicUsize::new(0));
     let fetch_answered: Arc<Vec<AtomicU8>> =
-        Arc::new((0..1_000_000).map(|_| AtomicU8::new(0)).collect());
+        Arc::new((0..cfg.max_fetches).map(|_| AtomicU8::new(0)).collect());
     let consumers: Vec<_> = (0..cfg.consumers)
         .map(|c| {
             let (log, fetch, producing, issued, answered, cfg) = (
@@ -460,6 +464,12 @@ pub fn run(cfg: &Config) -> Report {
                     }
                     let id = issued.fetch_add(1, SeqCst);
                     if id >= answered.len() {
+                        // Not silently: the partitions it had not read are never checked.
+                        outcomes.2.push(format!(
+                            "consumer {c} stopped before catching up: the fetch log ({} \
+                             fetches) is full; shorten the run",
+                            answered.len()
+                        ));
                         break;
                     }
                     let op = DelayedFetch {

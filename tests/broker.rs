@@ -27,3 +27,22 @@ fn every_produce_and_fetch_is_answered_exactly_once_with_the_right_status() {
     );
     assert!(r.fetches > 0 && r.fetches_satisfied > 0, "{r:?}");
 }
+
+#[test]
+fn a_full_fetch_log_is_reported_not_passed() {
+    // Too small a fetch log for the run: the consumers stop before reading everything, which
+    // must be a problem, not a silent pass.
+    let cfg = Config {
+        produces_each: 200,
+        stats_every: None,
+        max_fetches: 4,
+        ..Config::default()
+    };
+    let r = run(&cfg);
+    let problems = r.check().expect_err("a consumer stopped early");
+    assert!(
+        problems.contains("stopped before catching up"),
+        "{problems}"
+    );
+    assert_eq!(r.fetches, 4, "{r:?}");
+}
