@@ -593,3 +593,53 @@ pub fn run(args: &Args) -> ExitCode {
     }
     ExitCode::SUCCESS
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_recorder_counts_early_missing_and_duplicate_fires() {
+        let rec = Recorder::new(4);
+        let now = Instant::now();
+        rec.fire(0, now - Duration::from_millis(1)); // late
+        rec.fire(0, now - Duration::from_millis(1)); // and again: a duplicate
+        rec.fire(1, now + Duration::from_secs(60)); // early
+        rec.fire(3, now); // on time; task 2 never fires
+        assert!(!rec.all_fired());
+        let p = rec.summary();
+        assert_eq!((p.early, p.missing, p.duplicates), (1, 1, 1), "{p:?}");
+        assert!(p.failed());
+        assert!(p.min_ns < 0 && p.max_ns >= 1_000_000, "{p:?}");
+    }
+
+    /// A target that never schedules task 0: W2's table must show it as missing.
+    struct Drops0(HeapRun);
+
+    impl Target for Drops0 {
+        fn add(&mut self, id: u32, delay: Duration, due: Instant) {
+            if id != 0 {
+                self.0.add(id, delay, due);
+            }
+        }
+        fn shutdown(self) {
+            self.0.shutdown();
+        }
+    }
+
+    #[test]
+    fn a_task_that_never_fires_is_counted_missing() {
+        let rec: &'static Recorder = Box::leak(Box::new(Recorder::new(3)));
+        let heap = HeapTimer::start(None, move |id, due| rec.fire(id as usize, due));
+        let args = Args {
+            n: 3,
+            range_ms: 1,
+            grace_ms: 0,
+            timeout_ms: 50,
+            impls: Vec::new(),
+        };
+        let row = measure(Drops0(HeapRun { heap }), rec, &[1, 1, 1], &args);
+        assert_eq!((row.p.missing, row.p.early, row.p.duplicates), (1, 0, 0));
+        assert!(row.p.failed());
+    }
+}
