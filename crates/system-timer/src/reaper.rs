@@ -317,6 +317,39 @@ pub(crate) fn shutdown_elsewhere<T: TimerTask>(inner: Arc<Inner<T>>, threads: Th
     }
 }
 
+thread_local! {
+    /// Ids of the timers whose tasks this thread is running inline, from an advance that raised
+    /// the timer's `running` (innermost last; a task may advance another timer).
+    static RUNS_INLINE: std::cell::RefCell<Vec<u32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// While alive, marks the calling thread as running tasks of timer `id` inline (any thread that
+/// advances an inline timer: the reaper, or a caller of `advance*`). A shutdown from such a task
+/// cannot wait for the advance it runs in (`running`), so it finishes elsewhere, as on the
+/// timer's own threads ([`shutdown_elsewhere`]).
+pub(crate) struct RunsInline(bool);
+
+impl RunsInline {
+    pub(crate) fn enter(id: u32) -> Self {
+        RunsInline(RUNS_INLINE.try_with(|r| r.borrow_mut().push(id)).is_ok())
+    }
+
+    /// True if the calling thread runs tasks of timer `id` inline (a task of it runs here).
+    pub(crate) fn here(id: u32) -> bool {
+        RUNS_INLINE
+            .try_with(|r| r.borrow().contains(&id))
+            .unwrap_or(false)
+    }
+}
+
+impl Drop for RunsInline {
+    fn drop(&mut self) {
+        if self.0 {
+            let _ = RUNS_INLINE.try_with(|r| r.borrow_mut().pop());
+        }
+    }
+}
+
 /// Starts the reaper (if asked) and the executors (unless inline), and subscribes the parker to
 /// the clock so that a manual clock wakes sleepers when it moves.
 pub(crate) fn start<T: TimerTask>(

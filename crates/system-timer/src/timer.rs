@@ -768,8 +768,9 @@ impl<T: TimerTask> SystemTimer<T> {
     /// started). Later `add`s fail with [`ScheduleError::Shutdown`], and handles' `cancel`
     /// returns false. Idempotent: a second call returns nothing. Dropping the timer calls it.
     ///
-    /// Called on one of the timer's own threads (from inside a task, or by the drop of a last
-    /// reference a task held), it cannot wait for the task it runs in nor join its own thread:
+    /// Called from inside one of the timer's tasks (or by the drop of a last reference a task
+    /// held), whether the task runs on the reaper, an executor, or inline in a caller's
+    /// `advance*`, it cannot wait for the task it runs in nor join its own thread:
     /// it then returns at once, with nothing, and a short-lived thread (`<name>-shutdown`)
     /// finishes the shutdown once that task has returned, dropping the tasks it would have
     /// returned. Call it from elsewhere to get them back.
@@ -782,7 +783,7 @@ impl<T: TimerTask> SystemTimer<T> {
         #[cfg(not(loom))]
         {
             let threads = std::mem::take(&mut *self.threads.lock());
-            if threads.runs_here() {
+            if threads.runs_here() || crate::reaper::RunsInline::here(inner.id) {
                 crate::reaper::shutdown_elsewhere(Arc::clone(inner), threads);
                 return Vec::new();
             }
@@ -1098,6 +1099,10 @@ impl<T: TimerTask> Inner<T> {
     /// Hands jobs to their runner: runs them here (inline) or sends them to the executors.
     fn deliver(&self, jobs: Vec<Job<T>>) {
         if self.inline {
+            // Marks this thread as running this timer's tasks under a raised `running`: a task
+            // that shuts the timer down here must not wait for that count (see `shutdown`).
+            #[cfg(not(loom))]
+            let _runs = crate::reaper::RunsInline::enter(self.id);
             for job in jobs {
                 self.run_job(job);
             }
