@@ -900,35 +900,3 @@ fn keyed_cancels_racing_fires_have_one_outcome_each() {
     assert!(timer.is_empty());
 }
 
-/// A task that shuts its own timer down while the caller of `advance` runs it inline (no
-/// reaper: the caller's thread is the runner). The shutdown cannot wait for the advance it is
-/// called from; it must return (finishing elsewhere), not wait for ever. Before, it waited for
-/// its own advance to end (`running` never dropped to zero): the caller hung.
-#[test]
-fn a_task_run_inline_by_a_caller_can_shut_its_timer_down() {
-    let clock = ManualClock::new(0);
-    let timer = Arc::new(manual(&clock, 20));
-    let t2 = Arc::clone(&timer);
-    let later = Arc::new(AtomicUsize::new(0));
-    timer
-        .add(MS, move || {
-            drop(t2.shutdown());
-        })
-        .unwrap();
-    let l2 = Arc::clone(&later);
-    timer
-        .add(Duration::from_secs(60), move || {
-            l2.fetch_add(1, SeqCst);
-        })
-        .unwrap();
-    clock.advance(2 * MS);
-    let t3 = Arc::clone(&timer);
-    let caller = std::thread::spawn(move || t3.advance());
-    assert_eq!(join_all_within(vec![caller]), [1], "the advance returned");
-    assert!(timer.is_shutdown());
-    wait_until(|| timer.is_empty());
-    assert!(timer.add(MS, || ()).unwrap_err().is_shutdown());
-    clock.advance(Duration::from_secs(120));
-    assert_eq!(timer.advance(), 0);
-    assert_eq!(later.load(SeqCst), 0, "the pending task never runs");
-}
