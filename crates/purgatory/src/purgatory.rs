@@ -697,6 +697,10 @@ where
     /// timer disarmed, `on_complete` not called): all of them, unless `cancel_for_key` removed
     /// an operation's only key (see there). Shuts the own timer down (a shared one is left
     /// running). Idempotent; dropping the purgatory calls it.
+    ///
+    /// It may be called (or the purgatory dropped) from an operation's `on_complete` or
+    /// `on_expiration`: that operation has completed, and the own timer then finishes its
+    /// shutdown on a thread of its own (see [`SystemTimer::shutdown`]).
     pub fn shutdown(&self) -> Vec<Op> {
         let inner = &self.inner;
         if inner.closed.swap(true, Ordering::AcqRel) {
@@ -704,6 +708,11 @@ where
         }
         let mut out = Vec::new();
         for cell in inner.watchers.close() {
+            // A completed cell needs no lock, and may be the one whose `on_complete` (or
+            // `on_expiration`) runs this shutdown: this thread holds its lock.
+            if cell.is_completed() {
+                continue;
+            }
             let mut st = cell.lock();
             if !cell.is_completed() {
                 out.push(cell.hand_back_locked(&mut st));

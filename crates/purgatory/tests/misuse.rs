@@ -1,0 +1,101 @@
+//! Call sequences a user could plausibly write that once hung: calls into a purgatory from inside
+//! one of its operations' callbacks.
+#![cfg(not(loom))]
+#![allow(clippy::disallowed_methods, clippy::disallowed_types)]
+
+use std::sync::{mpsc, Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
+
+use purgatory::{DelayedOperation, Purgatory};
+use system_timer::ManualClock;
+
+type P = Purgatory<&'static str, Op>;
+/// Where an operation finds its purgatory, and where it records what a shutdown returned.
+type Stopper = (Arc<OnceLock<Weak<P>>>, Arc<Mutex<Option<usize>>>);
+
+/// Runs `f` on a thread of its own and fails if it has not returned within 20 s (a hang: the
+/// thread is leaked, the test process ends anyway).
+fn within_20s<R: Send + 'static>(what: &str, f: impl FnOnce() -> R + Send + 'static) -> R {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || tx.send(f()).unwrap());
+    rx.recv_timeout(Duration::from_secs(20))
+        .unwrap_or_else(|_| panic!("{what}: hung"))
+}
+
+/// An operation that is ready or not, and whose `on_complete` may shut its purgatory down (what
+/// its shutdown returned is recorded).
+struct Op {
+    ready: bool,
+    shut_down: Option<Stopper>,
+}
+
+impl DelayedOperation for Op {
+    fn try_complete(&mut self) -> bool {
+        self.ready
+    }
+    fn on_complete(&mut self) {
+        if let Some((p, returned)) = &self.shut_down {
+            let p = p
+                .get()
+                .and_then(Weak::upgrade)
+                .expect("the purgatory is alive");
+            *returned.lock().unwrap() = Some(p.shutdown().len());
+        }
+    }
+}
+
+fn manual(clock: &ManualClock) -> Arc<P> {
+    Arc::new(
+        Purgatory::builder()
+            .clock(clock.clone())
+            .reaper(false)
+            .build(),
+    )
+}
+
+/// `on_complete` shuts the purgatory down (a broker's "stop" operation; or the drop of the last
+/// reference to the purgatory, which an operation held). The completing operation is still in
+/// its keys' watch lists, locked by the very call that completes it. Before, the shutdown took
+/// every listed operation's lock, that one's included: a deadlock with itself, on a check and
+/// on an expiry alike.
+#[test]
+fn shutdown_from_on_complete_does_not_deadlock() {
+    for expire in [false, true] {
+        let (back, returned, stats) = within_20s("shutdown inside on_complete", move || {
+            let clock = ManualClock::new(0);
+            let p = manual(&clock);
+            let slot = Arc::new(OnceLock::new());
+            slot.set(Arc::downgrade(&p)).unwrap();
+            let returned = Arc::new(Mutex::new(None));
+            let stopper = Op {
+                ready: false,
+                shut_down: Some((slot, Arc::clone(&returned))),
+            };
+            let w = p
+                .try_complete_else_watch(stopper, Duration::from_millis(5), &["k", "j"])
+                .unwrap();
+            assert!(!w.completed);
+            let other = Op {
+                ready: false,
+                shut_down: None,
+            };
+            p.try_complete_else_watch(other, Duration::from_secs(60), &["k"])
+                .unwrap();
+            if expire {
+                clock.advance(Duration::from_millis(5));
+                assert_eq!(p.advance(), 1);
+            } else {
+                assert!(w.handle.force_complete());
+            }
+            let returned = returned.lock().unwrap().take();
+            (p.shutdown().len(), returned, p.stats())
+        });
+        assert_eq!(
+            returned,
+            Some(1),
+            "the pending operation is handed back (expire: {expire})"
+        );
+        assert_eq!(back, 0, "a second shutdown returns nothing");
+        assert_eq!((stats.completed, stats.handed_back), (1, 1));
+    }
+}
