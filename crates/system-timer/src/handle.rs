@@ -46,6 +46,11 @@ impl<T> TimerHandle<T> {
     /// False if it already started or was dispatched to run, was cancelled before, or was
     /// handed back by a shutdown.
     ///
+    /// # Panics
+    ///
+    /// If the task's drop panics (it is dropped on this thread), once the cancel has won: the
+    /// task is out of the timer and its [`max_pending`](crate::Builder::max_pending) slot free.
+    ///
     /// ```
     /// use std::time::Duration;
     /// let timer = system_timer::SystemTimer::new();
@@ -62,11 +67,13 @@ impl<T> TimerHandle<T> {
         };
         match entry.cancel() {
             Some(task) => {
-                // Dropped here, after the wheel's lock was released.
-                drop(task);
+                // The slot is given back before the task is dropped: a panic in its drop (the
+                // task's own code) must not keep the slot for ever.
                 if let Some(cap) = &self.cap {
                     cap.used.fetch_sub(1, Ordering::AcqRel);
                 }
+                // Dropped here, after the wheel's lock was released.
+                drop(task);
                 true
             }
             None => false,

@@ -581,6 +581,10 @@ impl<T: TimerTask> SystemTimer<T> {
     /// the timer's lock is released) and will never run. False if it already started or was
     /// dispatched, was cancelled before, was handed back by a shutdown, or the key is another
     /// timer's.
+    ///
+    /// # Panics
+    ///
+    /// If the task's drop panics, once the cancel has won (as [`TimerHandle::cancel`]).
     #[inline(always)]
     pub fn cancel(&self, key: TimerKey) -> bool {
         if key.timer != self.inner.id {
@@ -588,10 +592,11 @@ impl<T: TimerTask> SystemTimer<T> {
         }
         match self.inner.wheel.cancel(key.key) {
             Some(task) => {
-                drop(task);
+                // The slot first: a panic in the task's drop must not keep it for ever.
                 if let Some(cap) = &self.inner.cap {
                     cap.used.fetch_sub(1, Ordering::AcqRel);
                 }
+                drop(task);
                 true
             }
             None => false,

@@ -82,3 +82,51 @@ fn shutdown_from_an_inline_task_run_by_a_callers_advance_does_not_hang() {
         "a second shutdown returns nothing"
     );
 }
+
+/// A task whose drop panics (user code: the timer drops a cancelled task on the cancelling
+/// thread).
+struct PanicsOnDrop;
+
+impl Drop for PanicsOnDrop {
+    fn drop(&mut self) {
+        panic!("task dropped");
+    }
+}
+
+/// Cancelling a task whose drop panics: the panic goes on to the canceller (the task's own
+/// code), but the task's slot under `max_pending` is given back. Before, the slot was given
+/// back after the drop, so the panic skipped it: each such cancel shrank the cap for good, and
+/// a full timer refused every task with `Full` for ever, though nothing was pending.
+#[test]
+fn a_cancel_whose_task_panics_on_drop_gives_its_pending_slot_back() {
+    let timer: SystemTimer = SystemTimer::builder()
+        .clock(ManualClock::new(0))
+        .reaper(false)
+        .inline()
+        .max_pending(2)
+        .build();
+    let task = |guard: PanicsOnDrop| {
+        move || {
+            let _guard = guard;
+        }
+    };
+    let h = timer
+        .add(Duration::from_secs(60), task(PanicsOnDrop))
+        .unwrap();
+    let k = timer
+        .add_keyed(Duration::from_secs(60), task(PanicsOnDrop))
+        .unwrap();
+    let cancel = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h.cancel()));
+    assert!(cancel.is_err(), "the drop's panic reaches the canceller");
+    let cancel = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| timer.cancel(k)));
+    assert!(cancel.is_err(), "the drop's panic reaches the canceller");
+    assert!(timer.is_empty());
+    for _ in 0..2 {
+        let added = timer.add(Duration::from_secs(60), || ());
+        assert!(
+            added.is_ok(),
+            "both slots are free again: got {:?}",
+            added.err()
+        );
+    }
+}
