@@ -46,6 +46,15 @@ use crate::sync::{thread_hint, Arc, Mutex, MutexGuard};
 /// All three methods run under the operation's own lock, so they never run concurrently for the
 /// same operation, and take `&mut self`: plain fields are enough for the operation's state.
 ///
+/// # Calling back into the purgatory
+///
+/// `on_complete` and `on_expiration` run once the operation has completed: they may use the
+/// purgatory (new operations, checks, `cancel_for_key`, `shutdown`, dropping it) and any handle,
+/// their own included (it answers "completed": `force_complete` false, `take` and `with` `None`).
+/// `try_complete` runs while the operation is pending and its lock is held by the caller: it
+/// must not call the operation's own handle, `check_and_complete` on a key the operation
+/// watches, or `shutdown` (each waits for that lock: a deadlock).
+///
 /// ```
 /// use purgatory::DelayedOperation;
 /// use std::sync::atomic::{AtomicU64, Ordering};
@@ -661,6 +670,11 @@ impl<Op: DelayedOperation> OpCell<Op> {
     /// `cancel_for_key` take the timer handle under this lock, so an expiry task the timer had
     /// already dispatched when `cancel_for_key` ran finds it gone and does nothing.
     pub(crate) fn expire(&self) {
+        // Completed already: nothing to do, and no lock to take (this thread may hold it, if the
+        // operation's own `on_complete` is what ran this expiry, through a nested advance).
+        if self.is_completed() {
+            return;
+        }
         let mut st = self.lock();
         if !self.is_completed() && st.timer.is_some() {
             self.complete_locked(&mut st, How::Expired);
@@ -705,6 +719,11 @@ impl<Op: DelayedOperation> OperationHandle<Op> {
     /// ```
     #[doc(alias = "forceComplete")]
     pub fn force_complete(&self) -> bool {
+        // `completed` never goes back: once set, no lock is needed to answer (and the lock may
+        // be this thread's, when the operation's own `on_complete` calls this).
+        if self.cell.is_completed() {
+            return false;
+        }
         let mut st = self.cell.lock();
         if self.cell.is_completed() {
             return false;
@@ -722,6 +741,9 @@ impl<Op: DelayedOperation> OperationHandle<Op> {
 
     /// Runs `f` on the operation under its lock, while it is pending; `None` once completed.
     pub fn with<R>(&self, f: impl FnOnce(&Op) -> R) -> Option<R> {
+        if self.cell.is_completed() {
+            return None; // without the lock: see `force_complete`
+        }
         self.cell.lock().op.as_ref().map(f)
     }
 
@@ -750,6 +772,9 @@ impl<Op: DelayedOperation> OperationHandle<Op> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn take(&self) -> Option<Op> {
+        if self.cell.is_completed() {
+            return None; // without the lock: see `force_complete`
+        }
         let mut st = self.cell.lock();
         if self.cell.is_completed() {
             return None;

@@ -625,6 +625,11 @@ where
         };
         let mut out = Vec::new();
         for Entry { cell, .. } in list.iter() {
+            // A completed cell needs no lock, and may be the one whose `on_complete` runs this
+            // call: this thread holds its lock.
+            if cell.is_completed() {
+                continue;
+            }
             let mut st = cell.lock();
             if cell.is_completed() {
                 continue;

@@ -99,3 +99,98 @@ fn shutdown_from_on_complete_does_not_deadlock() {
         assert_eq!((stats.completed, stats.handed_back), (1, 1));
     }
 }
+
+/// What an operation's `on_complete` does with its own purgatory and handle.
+#[derive(Clone, Copy, Debug)]
+enum Reenter {
+    ForceCompleteItself,
+    TakeItself,
+    WithItself,
+    CancelForItsKey,
+}
+
+/// An operation whose `on_complete` calls back into its purgatory or its own handle, and
+/// records what the call returned.
+struct Reentrant {
+    how: Reenter,
+    p: Arc<OnceLock<Weak<Purgatory<&'static str, Reentrant>>>>,
+    me: Arc<OnceLock<purgatory::OperationHandle<Reentrant>>>,
+    got: Arc<Mutex<Option<String>>>,
+}
+
+impl DelayedOperation for Reentrant {
+    fn try_complete(&mut self) -> bool {
+        false
+    }
+    fn on_complete(&mut self) {
+        let me = self.me.get().expect("handle stored");
+        let got = match self.how {
+            Reenter::ForceCompleteItself => format!("{}", me.force_complete()),
+            Reenter::TakeItself => format!("{}", me.take().is_some()),
+            Reenter::WithItself => format!("{:?}", me.with(|_| ())),
+            Reenter::CancelForItsKey => {
+                let p = self.p.get().and_then(Weak::upgrade).expect("alive");
+                format!("{}", p.cancel_for_key(&"k").len())
+            }
+        };
+        *self.got.lock().unwrap() = Some(got);
+    }
+}
+
+/// `on_complete` (or `on_expiration`) calls its own handle (`force_complete`, `take`, `with`:
+/// all answer "completed") or `cancel_for_key` on a key it watches (say, to cancel its siblings
+/// there). The operation has completed, but its lock is held by the call completing it. Before,
+/// each of these took that lock: a deadlock with itself.
+#[test]
+fn callbacks_may_ask_their_own_handle_and_cancel_their_key() {
+    use Reenter::*;
+    for (how, expected) in [
+        (ForceCompleteItself, "false"),
+        (TakeItself, "false"),
+        (WithItself, "None"),
+        (CancelForItsKey, "1"),
+    ] {
+        for expire in [false, true] {
+            let got = within_20s(&format!("{how:?} (expire: {expire})"), move || {
+                let clock = ManualClock::new(0);
+                let p: Arc<Purgatory<&'static str, Reentrant>> = Arc::new(
+                    Purgatory::builder()
+                        .clock(clock.clone())
+                        .reaper(false)
+                        .build(),
+                );
+                let (slot, me) = (Arc::new(OnceLock::new()), Arc::new(OnceLock::new()));
+                slot.set(Arc::downgrade(&p)).unwrap();
+                let got = Arc::new(Mutex::new(None));
+                let op = Reentrant {
+                    how,
+                    p: slot,
+                    me: Arc::clone(&me),
+                    got: Arc::clone(&got),
+                };
+                let w = p
+                    .try_complete_else_watch(op, Duration::from_millis(5), &["k"])
+                    .unwrap();
+                me.set(w.handle.clone()).unwrap();
+                // A sibling on the same key, pending: what cancel_for_key returns.
+                let sibling = Reentrant {
+                    how,
+                    p: Arc::new(OnceLock::new()),
+                    me: Arc::new(OnceLock::new()),
+                    got: Arc::new(Mutex::new(None)),
+                };
+                p.try_complete_else_watch(sibling, Duration::from_secs(60), &["k"])
+                    .unwrap();
+                if expire {
+                    clock.advance(Duration::from_millis(5));
+                    assert_eq!(p.advance(), 1);
+                } else {
+                    assert!(w.handle.force_complete());
+                }
+                let got = got.lock().unwrap().take();
+                got
+            });
+            assert_eq!(got.as_deref(), Some(expected), "{how:?} (expire: {expire})");
+        }
+    }
+}
