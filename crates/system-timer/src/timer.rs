@@ -334,7 +334,8 @@ impl<T: TimerTask> Builder<T> {
     /// # Errors
     ///
     /// [`BuildError`] for a zero tick, a bad wheel size, zero executor threads, a failed thread
-    /// spawn, or (under `--cfg loom`) a reaper or executor.
+    /// spawn (or a [`name`](Self::name) with a NUL byte, which no thread can have), or (under
+    /// `--cfg loom`) a reaper or executor.
     ///
     /// ```
     /// use std::time::Duration;
@@ -350,6 +351,13 @@ impl<T: TimerTask> Builder<T> {
         }
         if !self.inline && self.executor_threads == 0 {
             return Err(BuildError::NoExecutorThreads);
+        }
+        // The threads are named after the timer; the standard library panics on a NUL byte.
+        if self.name.contains('\0') {
+            return Err(BuildError::Spawn(format!(
+                "timer name {:?} contains a NUL byte",
+                self.name
+            )));
         }
         if cfg!(loom) && self.reaper {
             return Err(BuildError::LoomNeedsManualDriving);

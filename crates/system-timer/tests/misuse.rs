@@ -130,3 +130,20 @@ fn a_cancel_whose_task_panics_on_drop_gives_its_pending_slot_back() {
         );
     }
 }
+
+/// A name with a NUL byte cannot name a thread: `try_build` says so with an error. Before, the
+/// standard library's thread spawn panicked inside `try_build` (documented to return errors).
+#[test]
+fn a_name_with_a_nul_byte_is_a_build_error_not_a_panic() {
+    let built = std::panic::catch_unwind(|| {
+        SystemTimer::builder()
+            .name("leases\0")
+            .try_build()
+            .map(drop)
+    });
+    let err = built
+        .expect("try_build does not panic")
+        .expect_err("a NUL byte in the name is refused");
+    assert!(matches!(err, system_timer::BuildError::Spawn(_)), "{err:?}");
+    assert!(err.to_string().contains("NUL"), "{err}");
+}
