@@ -615,7 +615,7 @@ where
     /// Kafka's `cancelForKey`: removes `key`'s watch list and disarms the timers of the pending
     /// operations on it, without completing them (no `on_complete`); they stay watched on their
     /// other keys and can still be completed by a check or by force, but no longer expire.
-    /// Returns handles to those operations. One watched on no other key is then reachable only
+    /// Returns one handle to each of those operations. One watched on no other key is then reachable only
     /// through its handle, and a shutdown no longer sees it: complete it by force, or take it
     /// back with [`OperationHandle::take`] (Kafka returns the operations themselves).
     #[doc(alias = "cancelForKey")]
@@ -624,10 +624,12 @@ where
             return Vec::new();
         };
         let mut out = Vec::new();
+        // An operation watched more than once on this key (duplicate keys) is returned once.
+        let mut seen = std::collections::HashSet::new();
         for Entry { cell, .. } in list.iter() {
             // A completed cell needs no lock, and may be the one whose `on_complete` runs this
             // call: this thread holds its lock.
-            if cell.is_completed() {
+            if cell.is_completed() || !seen.insert(Arc::as_ptr(cell)) {
                 continue;
             }
             let mut st = cell.lock();

@@ -194,3 +194,26 @@ fn callbacks_may_ask_their_own_handle_and_cancel_their_key() {
         }
     }
 }
+
+/// An operation watched twice on one key (a duplicate in its key slice): `cancel_for_key`
+/// returns one handle to it, not two. Before, it returned one per watch-list entry, and a
+/// caller taking each operation back (`take().unwrap()`) panicked on the second.
+#[test]
+fn cancel_for_key_returns_each_operation_once_despite_duplicate_keys() {
+    let clock = ManualClock::new(0);
+    let p = manual(&clock);
+    let op = || Op {
+        ready: false,
+        shut_down: None,
+    };
+    p.try_complete_else_watch(op(), Duration::from_secs(60), &["k", "k", "j"])
+        .unwrap();
+    p.try_complete_else_watch(op(), Duration::from_secs(60), &["k"])
+        .unwrap();
+    let handles = p.cancel_for_key(&"k");
+    assert_eq!(handles.len(), 2, "one handle per operation");
+    for h in handles {
+        assert!(h.take().is_some());
+    }
+    assert_eq!(p.stats().handed_back, 2);
+}
