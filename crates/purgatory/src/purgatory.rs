@@ -615,9 +615,9 @@ where
     /// Kafka's `cancelForKey`: removes `key`'s watch list and disarms the timers of the pending
     /// operations on it, without completing them (no `on_complete`); they stay watched on their
     /// other keys and can still be completed by a check or by force, but no longer expire.
-    /// Returns one handle to each of those operations. One watched on no other key is then reachable only
-    /// through its handle, and a shutdown no longer sees it: complete it by force, or take it
-    /// back with [`OperationHandle::take`] (Kafka returns the operations themselves).
+    /// Returns one handle to each of those operations. One watched on no other key is then
+    /// reachable only through its handle, and a shutdown no longer sees it: complete it by force,
+    /// or take it back with [`OperationHandle::take`] (Kafka returns the operations themselves).
     #[doc(alias = "cancelForKey")]
     pub fn cancel_for_key(&self, key: &K) -> Vec<OperationHandle<Op>> {
         let Some(list) = self.inner.watchers.take_key(key) else {
