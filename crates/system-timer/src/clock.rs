@@ -66,7 +66,8 @@ pub(crate) fn duration_ns(d: Duration) -> u64 {
 /// monotonic clock is slewed (NTP, chrony), and the kernel lets it run up to about 23% fast or
 /// slow (tick ±10%, frequency ±500 ppm, phase-lock correction up to 12.5%), so a calibration
 /// taken while it ran slowest can later be 1.6 times too low. The reading is then at most about
-/// 13 µs late (20 µs × 60%, plus the 1 µs), and never early whatever the slewing. Until the
+/// 13 µs late (20 µs × 60%, plus the 1 µs; about 20 µs if the clock is slewed slowest after a
+/// calibration taken while it ran fastest), and never early whatever the slewing. Until the
 /// calibration is done, where the counter is stale or not monotonic on this thread, and where the
 /// kernel does not keep time with the counter itself (so it is not known to be synchronised
 /// across CPUs), the real clock is read. Deadlines are therefore at most about 13 µs late,
