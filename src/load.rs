@@ -111,8 +111,9 @@ pub struct Args {
     /// Timer wheel size.
     #[arg(long, default_value_t = 20)]
     pub wheel_size: usize,
-    /// The timer's reaper grace, ms (see `system_timer::Builder::reaper_grace`): new requests
-    /// wake the reaper once a bucket is due, and its own timer fires this much later. Default:
+    /// The timer's reaper grace, ms (see `system_timer::Builder::reaper_grace`): the first new
+    /// request after a bucket is due advances the timer on the generator's thread (the reaper
+    /// sleeps through), and the reaper's own timer fires this much later. Default:
     /// the purgatory's suggestion for busy purgatories (`BUSY_REAPER_GRACE`, 2 ms); 0 (the
     /// purgatory's default): the reaper's own timer at each bucket's time.
     #[arg(long, default_value_t = purgatory::BUSY_REAPER_GRACE.as_secs_f64() * 1000.0)]
@@ -121,7 +122,8 @@ pub struct Args {
     #[arg(long, default_value_t = 1000)]
     pub purge_interval: usize,
     /// Timer executor threads (expiries run there); 0 (the purgatory's default) runs expiries on
-    /// the reaper.
+    /// the thread that advances the timer: the reaper, or with a reaper grace mostly the
+    /// generator.
     #[arg(long, default_value_t = 0)]
     pub executors: usize,
     /// Random seed (splitmix64).
