@@ -1,6 +1,6 @@
 //! The root package of the workspace: the load generator (the main job), the workloads of
-//! BENCHMARKS.md as library code (so tests can run small versions of them), and re-exports of the
-//! three crates.
+//! BENCHMARKS.md as library code (so tests can run small versions of them), and a re-export of
+//! the `timing-wheel` crate.
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 
 pub use timing_wheel;
