@@ -59,9 +59,10 @@
 //!   completer CPU than per-operation hints).
 //! * A busy purgatory's reaper need not wake every tick (Kafka's wakes for every bucket): with a
 //!   [`Builder::reaper_grace`] ([`BUSY_REAPER_GRACE`], 2 ms), while operations keep arriving, the
-//!   first `try_complete_else_watch` after a timer bucket is due advances the timer (expiring
-//!   that bucket's operations on the caller's thread, with no lock held) and the reaper sleeps
-//!   through; with no new operations it expires them at most the grace later.
+//!   first `try_complete_else_watch` after a timer bucket is due (whose operation was not ready
+//!   at its first try) advances the timer (expiring that bucket's operations on the caller's
+//!   thread, with no lock held) and the reaper sleeps through; with no new operations it
+//!   expires them at most the grace later.
 //!
 //! # Implementation
 //!

@@ -219,7 +219,8 @@ where
     /// The own timer's reaper grace (default zero; [`BUSY_REAPER_GRACE`], 2 ms, suits a busy
     /// purgatory; see [`system_timer::Builder::reaper_grace`]). With a grace, while operations
     /// keep arriving, the first `try_complete_else_watch` after a timer bucket is due advances the
-    /// timer itself, and the reaper sleeps through instead of waking every tick: a thread
+    /// timer itself (one whose operation completes at the first try, before any watch, returns
+    /// without looking), and the reaper sleeps through instead of waking every tick: a thread
     /// wake-up per tick saved, which on a virtual machine costs more CPU than the advance. With no
     /// new operations the reaper's own timer fires this much later than the bucket. So an
     /// operation never expires before its timeout, and at most one tick plus this grace after it
