@@ -335,7 +335,8 @@ impl<T: TimerTask> Builder<T> {
     ///
     /// [`BuildError`] for a zero tick, a bad wheel size, zero executor threads, a failed thread
     /// spawn (or a [`name`](Self::name) with a NUL byte, which no thread can have), or (under
-    /// `--cfg loom`) a reaper or executor.
+    /// `--cfg loom`) a reaper. (Under loom, executors are not an error: the timer runs its tasks
+    /// inline instead.)
     ///
     /// ```
     /// use std::time::Duration;
