@@ -540,7 +540,9 @@ where
     /// ones. An operation that the purgatory's [`ready_test`](Builder::ready_test) rules out is
     /// skipped without reading it; one with a [`ReadyHint`](crate::ReadyHint) that says not
     /// ready, without its lock. Returns how many this call completed. Runs no user code under
-    /// any map lock. Drops the key's list once every operation on it has completed.
+    /// any map lock. Drops the key's list once every operation on it has completed (as far as
+    /// the scan sees: completed entries the ready test rules out are not counted, and wait for
+    /// the purge).
     ///
     /// # Panics
     ///
