@@ -899,4 +899,3 @@ fn keyed_cancels_racing_fires_have_one_outcome_each() {
     timer.check_invariants();
     assert!(timer.is_empty());
 }
-
