@@ -12,13 +12,17 @@ pub enum WatchError<Op> {
     NoKeys(Op),
     /// The purgatory (or its timer) has been shut down.
     Shutdown(Op),
+    /// The timer is at its [`max_pending`](system_timer::Builder::max_pending) limit (a shared
+    /// timer built with one): it could not be armed, so it was not taken. The purgatory is
+    /// still running: retry later, or shed the request.
+    Full(Op),
 }
 
 impl<Op> WatchError<Op> {
     /// The operation that was not taken.
     pub fn into_inner(self) -> Op {
         match self {
-            WatchError::NoKeys(op) | WatchError::Shutdown(op) => op,
+            WatchError::NoKeys(op) | WatchError::Shutdown(op) | WatchError::Full(op) => op,
         }
     }
 }
@@ -28,6 +32,7 @@ impl<Op> fmt::Debug for WatchError<Op> {
         match self {
             WatchError::NoKeys(_) => f.write_str("NoKeys(..)"),
             WatchError::Shutdown(_) => f.write_str("Shutdown(..)"),
+            WatchError::Full(_) => f.write_str("Full(..)"),
         }
     }
 }
@@ -39,6 +44,9 @@ impl<Op> fmt::Display for WatchError<Op> {
                 f.write_str("an operation must be watched by at least one key")
             }
             WatchError::Shutdown(_) => f.write_str("purgatory is shut down"),
+            WatchError::Full(_) => {
+                f.write_str("the purgatory's timer is at its limit of pending tasks")
+            }
         }
     }
 }

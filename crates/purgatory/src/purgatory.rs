@@ -416,9 +416,10 @@ where
     /// # Errors
     ///
     /// [`WatchError::NoKeys`] for an empty key set (the operation is handed back untouched);
-    /// [`WatchError::Shutdown`] after shutdown, or if the timer refused the operation (the
-    /// operation is handed back; if the shutdown raced this call, `try_complete` may have run,
-    /// `on_complete` never).
+    /// [`WatchError::Shutdown`] after shutdown, or if the timer refused the operation because it
+    /// was shut down; [`WatchError::Full`] if a timer with a
+    /// [`max_pending`](system_timer::Builder::max_pending) limit is at it. In both the operation
+    /// is handed back (`try_complete` may have run, `on_complete` never).
     ///
     /// # Panics
     ///
@@ -487,6 +488,7 @@ where
                 false
             }
             Entered::Refused(op) => return Err(WatchError::Shutdown(op)),
+            Entered::Full(op) => return Err(WatchError::Full(op)),
         };
         Ok(Watched { completed, handle })
     }
@@ -529,9 +531,8 @@ where
                 Entered::Armed(now)
             }
             // The timer refused: never leave an operation that can no longer expire.
-            Err(ScheduleError::Shutdown(_) | ScheduleError::Full(_)) => {
-                Entered::Refused(cell.hand_back_locked(st))
-            }
+            Err(ScheduleError::Shutdown(_)) => Entered::Refused(cell.hand_back_locked(st)),
+            Err(ScheduleError::Full(_)) => Entered::Full(cell.hand_back_locked(st)),
         }
     }
 
@@ -846,6 +847,8 @@ enum Entered<Op> {
     Armed(Duration),
     /// Refused by a shutdown (of the purgatory or its timer) and handed back.
     Refused(Op),
+    /// Refused by a timer at its pending-task limit and handed back.
+    Full(Op),
 }
 
 /// The timer task that expires `cell`: the cell's own `Arc` (no allocation per operation).

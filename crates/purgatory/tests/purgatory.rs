@@ -869,6 +869,37 @@ fn a_purge_refused_by_a_full_shared_timer_runs_at_once() {
     p.check_invariants();
 }
 
+/// A shared timer at its cap of pending tasks refuses to arm an operation: the caller gets it
+/// back as `Full` (not `Shutdown`: the purgatory still runs), nothing of it stays armed or
+/// counted as delayed, and once a slot is free the same operation is taken.
+///
+/// Catches: a full timer reported as a shutdown (a server would then stop using a live
+/// purgatory).
+#[test]
+fn a_full_shared_timer_refuses_with_full_not_shutdown() {
+    let clock = ManualClock::new(0);
+    let timer = Arc::new(hand_driven_timer(&clock).max_pending(2).build());
+    let p: Purgatory<&'static str, Op> = Purgatory::builder().timer(Arc::clone(&timer)).build();
+    let probe = Probe::default();
+    let other = timer.add(LONG, || ()).unwrap();
+    p.try_complete_else_watch(probe.op(), LONG, &["a"]).unwrap();
+    let op = match p.try_complete_else_watch(probe.op(), LONG, &["a"]) {
+        Err(e @ WatchError::Full(_)) => {
+            assert!(e.to_string().contains("limit"), "{e}");
+            e.into_inner()
+        }
+        other => panic!("expected Full, got {:?}", other.map(|_| ())),
+    };
+    assert_eq!(p.delayed(), 1);
+    assert_eq!(p.stats().handed_back, 1);
+    p.check_invariants();
+    assert!(other.cancel());
+    let w = p.try_complete_else_watch(op, LONG, &["a"]).unwrap();
+    assert!(!w.completed);
+    assert_eq!(p.delayed(), 2);
+    p.check_invariants();
+}
+
 /// Operations that only expire make the purge due by themselves: one `advance` of a
 /// purgatory driven by hand runs their expiries and then the purge they made due, with no
 /// watch or check to trigger it (Kafka checks on its reaper's every step).
