@@ -37,6 +37,19 @@ const STEPS: usize = 120;
 
 const TICKS: [u64; 3] = [1, 3, 10];
 const SIZES: [usize; 5] = [2, 3, 4, 20, 64];
+/// Configurations beyond the `TICKS × SIZES` grid: the ones `system-timer` runs (nanosecond
+/// deadlines on a 1 ms tick, so almost no deadline is a multiple of the tick), a large wheel, and
+/// ticks so coarse that the wheel has one to three levels.
+const EXTRA_CONFIGS: [(u64, usize); 6] = [
+    (1_000_000, 20),
+    (1_000_000, 512),
+    (7, 4096),
+    (1 << 40, 3),
+    (u64::MAX / 2, 2),
+    (u64::MAX / 255, 255),
+];
+/// Number of distinct (tick, size) configurations.
+const CONFIGS: u64 = (TICKS.len() * SIZES.len() + EXTRA_CONFIGS.len()) as u64;
 
 /// splitmix64.
 struct Rng(u64);
@@ -129,48 +142,51 @@ impl Rules {
 
     /// A deadline to add at time `c`: expired ones, ones at every level, and huge ones.
     fn deadline(self, rng: &mut Rng, c: u64) -> u64 {
-        let span = self.tick * self.size;
+        let span = self.tick.saturating_mul(self.size);
         match rng.below(20) {
             0 => c,
-            1 => c.saturating_sub(rng.below(2 * self.tick + 1)),
+            1 => c.saturating_sub(rng.below(self.tick.saturating_mul(2).saturating_add(1))),
             2 => c.saturating_add(1),
             3 => c.saturating_add(self.tick),
-            4 => c.saturating_add(self.tick + 1),
+            4 => c.saturating_add(self.tick.saturating_add(1)),
             5..=9 => c.saturating_add(1 + rng.below(span)),
-            10..=13 => c.saturating_add(1 + rng.below(span * self.size * self.size)),
+            10..=13 => c.saturating_add(1 + rng.below(span.saturating_mul(self.size * self.size))),
             14 | 15 => c.saturating_add(rng.next() >> rng.below(64)),
-            16 => u64::MAX - rng.below(2 * self.tick),
+            16 => u64::MAX - rng.below(self.tick.saturating_mul(2)),
             17 => u64::MAX,
             18 => rng.next(),
-            _ => self.round_down(c.saturating_add(rng.below(4 * span))),
+            _ => self.round_down(c.saturating_add(rng.below(span.saturating_mul(4)))),
         }
     }
 
     /// A time to advance to from `c`: earlier times, steps within a tick, steps to just before
     /// and at the next bucket, long idle jumps, and (rarely) the end of time.
     fn target(self, rng: &mut Rng, c: u64, next: Option<u64>) -> u64 {
-        let span = self.tick * self.size;
+        let span = self.tick.saturating_mul(self.size);
         match rng.below(20) {
-            0 => c.saturating_sub(rng.below(3 * self.tick)),
+            0 => c.saturating_sub(rng.below(self.tick.saturating_mul(3))),
             1 => c.saturating_add(rng.below(self.tick)),
-            2..=6 => c.saturating_add(rng.below(2 * span)),
+            2..=6 => c.saturating_add(rng.below(span.saturating_mul(2))),
             7 | 8 => next.unwrap_or(c),
             9 => next.map_or(c, |x| x - 1),
             10 => next.map_or(c, |x| x.saturating_add(rng.below(self.tick))),
-            11..=13 => c.saturating_add(rng.below(span * self.size * self.size)),
+            11..=13 => c.saturating_add(rng.below(span.saturating_mul(self.size * self.size))),
             14 | 15 => c.saturating_add(rng.next() >> (8 + rng.below(56))),
-            16 if rng.percent(5) => u64::MAX - rng.below(3 * self.tick),
+            16 if rng.percent(5) => u64::MAX - rng.below(self.tick.saturating_mul(3)),
             _ => c.saturating_add(1 + rng.below(4)),
         }
     }
 }
 
-/// Tick, wheel size and start time for sequence `seed`: every tick × size pair, starting at 0,
+/// Tick, wheel size and start time for sequence `seed`: every configuration, starting at 0,
 /// at small times, around `u64::MAX / 2`, and close to `u64::MAX`.
 fn config(seed: u64, rng: &mut Rng) -> (u64, usize, u64) {
-    let tick = TICKS[(seed % 3) as usize];
-    let size = SIZES[((seed / 3) % 5) as usize];
-    let start = match (seed / 15) % 6 {
+    let c = (seed % CONFIGS) as usize;
+    let (tick, size) = match EXTRA_CONFIGS.get(c.wrapping_sub(TICKS.len() * SIZES.len())) {
+        Some(&extra) => extra,
+        None => (TICKS[c % TICKS.len()], SIZES[c / TICKS.len()]),
+    };
+    let start = match (seed / CONFIGS) % 6 {
         0 => 0,
         1 => rng.below(10_000),
         2 => u64::MAX / 2 - rng.below(1 << 20),
@@ -179,6 +195,11 @@ fn config(seed: u64, rng: &mut Rng) -> (u64, usize, u64) {
         _ => u64::MAX - rng.below(1 << 16),
     };
     (tick, size, start)
+}
+
+/// True if sequence `seed` runs on one of the [`EXTRA_CONFIGS`].
+fn is_extra_config(seed: u64) -> bool {
+    seed % CONFIGS >= (TICKS.len() * SIZES.len()) as u64
 }
 
 /// What the sequences exercised, summed over a test: each test asserts it reached every case it
@@ -197,6 +218,8 @@ struct Coverage {
     handed_back: usize,
     /// Sequences starting at or above `u64::MAX / 2 - 2^20`.
     late_starts: usize,
+    /// Entries fired in sequences on an [`EXTRA_CONFIGS`] configuration.
+    extra_fired: usize,
 }
 
 // ===== impl Coverage =====
@@ -212,6 +235,7 @@ impl Coverage {
         self.dead_cancels += o.dead_cancels;
         self.handed_back += o.handed_back;
         self.late_starts += o.late_starts;
+        self.extra_fired += o.extra_fired;
     }
 
     fn assert_reached(&self, closes: bool) {
@@ -224,6 +248,7 @@ impl Coverage {
             && c.cancelled > 7_000
             && c.dead_cancels > 2_000
             && c.late_starts > 200
+            && c.extra_fired > 5_000
             && (!closes || c.handed_back > 1_000);
         assert!(ok, "the sequences missed a case: {c:?}");
     }
@@ -615,6 +640,9 @@ fn run_wheel_sequence(seed: u64) -> Coverage {
     assert_eq!(m.wheel.queued_buckets(), 0, "{at}");
     m.wheel.check_invariants();
     m.cov.late_starts = usize::from(start >= u64::MAX / 2 - (1 << 20));
+    if is_extra_config(seed) {
+        m.cov.extra_fired = m.cov.fired;
+    }
     m.cov
 }
 
@@ -623,8 +651,9 @@ fn run_wheel_sequence(seed: u64) -> Coverage {
 /// after), in due order; cancels return the value exactly when the model says pending and
 /// cancelled entries never fire; adds are refused as expired exactly when due; each entry lands
 /// in the bucket the placement rule names; `len`, `contains`, `deadline`, `next_expiration` and
-/// the invariants hold after every step; over every tick × size pair and start times from 0 to
-/// near `u64::MAX`, with deadlines up to `u64::MAX`.
+/// the invariants hold after every step; over every tick × size pair (plus `system-timer`'s
+/// nanosecond configuration and very coarse ticks) and start times from 0 to near `u64::MAX`,
+/// with deadlines up to `u64::MAX`.
 #[test]
 fn timing_wheel_matches_the_model() {
     let mut total = Coverage::default();
@@ -919,7 +948,7 @@ fn run_concurrent_sequence(seed: u64) -> Coverage {
         tick,
         size: size as u64,
     };
-    let shards = [1, 2, 3, 8][((seed / 90) % 4) as usize];
+    let shards = [1, 2, 3, 8][((seed / (CONFIGS * 6)) % 4) as usize];
     let wheel = ConcurrentWheel::with_shards(tick, size, start, shards).unwrap();
     assert_eq!(wheel.shards(), shards.next_power_of_two());
     let mut m = ConcurrentModel {
@@ -973,6 +1002,9 @@ fn run_concurrent_sequence(seed: u64) -> Coverage {
     }
     m.wheel.lock().check_invariants();
     m.cov.late_starts = usize::from(start >= u64::MAX / 2 - (1 << 20));
+    if is_extra_config(seed) {
+        m.cov.extra_fired = m.cov.fired;
+    }
     m.cov
 }
 
