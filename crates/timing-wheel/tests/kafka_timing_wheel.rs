@@ -578,3 +578,45 @@ fn rescheduled_entry_fires_once_at_its_new_deadline() {
     assert_eq!(at30, [(30, 0), (30, 1), (30, 2), (30, 3)]);
     assert!(wheel.is_empty());
 }
+
+/// Kafka's `TimerTaskList.flush` hands entries on in list order (append order), and a cascade
+/// re-appends them to the finer bucket in that order: entries due in the same tick leave in
+/// the order they were added, whether they were placed at level 0 directly or cascaded down
+/// one or two levels, and entries cascaded into a bucket come before those added to it later.
+/// The flush walks a bucket from both ends at once; lists of 1 to 100 entries cover the odd
+/// and even halves of that walk.
+///
+/// Catches: a flush that re-places the back half of a bucket's chain out of chain order (the
+/// hand-out order of a tick, and the order of a cascaded bucket, would change).
+#[test]
+fn entries_due_in_one_tick_leave_in_the_order_they_were_added() {
+    for n in [1usize, 2, 3, 4, 5, 8, 9, 100] {
+        let mut wheel = TimingWheel::new(1, 20, 0).unwrap();
+        // Level 0 (5), level 1 (28: bucket 20), level 2 (450: bucket 400, then 440).
+        for d in [5u64, 28, 450] {
+            for i in 0..n {
+                wheel.add(d, (d, i)).unwrap();
+            }
+        }
+        let group = |d: u64| (0..n).map(|i| (d, i)).collect::<Vec<_>>();
+        assert_eq!(advance(&mut wheel, 5), group(5), "level 0, n = {n}");
+        assert!(advance(&mut wheel, 20).is_empty());
+        // The 28 ms entries now sit in level 0 slot 8; later adds there come after them.
+        for i in n..2 * n {
+            wheel.add(28, (28, i)).unwrap();
+        }
+        let late: Vec<_> = (0..2 * n).map(|i| (28, i)).collect();
+        assert_eq!(
+            advance(&mut wheel, 28),
+            late,
+            "cascaded, then added, n = {n}"
+        );
+        assert_eq!(
+            advance(&mut wheel, 450),
+            group(450),
+            "two cascades, n = {n}"
+        );
+        assert!(wheel.is_empty());
+        wheel.check_invariants();
+    }
+}
