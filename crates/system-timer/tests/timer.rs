@@ -537,6 +537,42 @@ fn advance_clock_waits_for_the_next_bucket() {
     mover.join().unwrap();
 }
 
+/// Kafka's `advanceClock` returns true for any bucket it flushed, even one emptied by cancels
+/// or one whose tasks only cascade to a finer level (reference §7.8); this timer's returns true
+/// only once a task was dispatched. A due bucket emptied by a cancel and a level-1 bucket whose
+/// task cascades to level 0 are flushed, and `advance_clock(0)` still says false; once the
+/// cascaded task is due it says true and the task has run.
+///
+/// Catches: an `advance_clock` that reports any flush (or any due bucket) as true.
+#[test]
+fn advance_clock_is_false_after_flushing_only_empty_or_cascading_buckets() {
+    let clock = ManualClock::new(0);
+    let timer = manual(&clock, 4); // level 0 spans 4 ms, level 1 16 ms
+    let log = Log::default();
+    let cancelled = timer.add(2 * MS, log.task(&clock, 1)).unwrap();
+    let a = timer.add(11 * MS, log.task(&clock, 2)).unwrap(); // level 1, bucket [8, 12)
+    assert!(cancelled.cancel());
+    assert_eq!(timer.stats().levels, 2);
+    clock.set_ms(9);
+    assert!(
+        !timer.advance_clock(Duration::ZERO),
+        "flushed an empty and a cascading bucket, dispatched nothing"
+    );
+    assert!(a.is_pending(), "the cascaded task is still pending");
+    assert_eq!(
+        timer.next_expiration(),
+        Some(11 * MS),
+        "cascaded to level 0"
+    );
+    assert_eq!(log.total(), 0);
+    clock.set_ms(11);
+    assert!(timer.advance_clock(Duration::ZERO));
+    assert!(a.is_fired());
+    assert_eq!(log.runs(2), vec![11_000_000]);
+    assert_eq!(timer.len(), 0);
+    timer.check_invariants();
+}
+
 /// Several threads blocked in `advance_clock` on a manual clock: a clock move wakes every one
 /// of them (not one), and a shutdown ends every wait. Before, the parker woke one sleeper per
 /// unpark, and a waiter could sleep on for good after the shutdown (the clock's waker gone).
