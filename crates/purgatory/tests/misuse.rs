@@ -217,3 +217,84 @@ fn cancel_for_key_returns_each_operation_once_despite_duplicate_keys() {
     }
     assert_eq!(p.stats().handed_back, 2);
 }
+
+/// An operation that becomes ready when told; once completed, its `on_complete` watches a
+/// follow-up operation (never ready) on key "k" of its own purgatory and records whether that
+/// one was left pending.
+struct FollowUp {
+    p: Arc<OnceLock<Weak<Purgatory<&'static str, FollowUp>>>>,
+    ready: Arc<std::sync::atomic::AtomicBool>,
+    follow_up: bool,
+    got: Arc<Mutex<Option<bool>>>,
+}
+
+impl DelayedOperation for FollowUp {
+    fn try_complete(&mut self) -> bool {
+        self.ready.load(std::sync::atomic::Ordering::SeqCst)
+    }
+    fn on_complete(&mut self) {
+        if !self.follow_up {
+            return;
+        }
+        let p = self.p.get().and_then(Weak::upgrade).expect("alive");
+        let next = FollowUp {
+            p: Arc::clone(&self.p),
+            ready: Arc::default(),
+            follow_up: false,
+            got: Arc::default(),
+        };
+        let w = p
+            .try_complete_else_watch(next, Duration::from_secs(60), &["k"])
+            .unwrap();
+        *self.got.lock().unwrap() = Some(!w.completed);
+    }
+}
+
+/// KAFKA-3994: Kafka once ran `tryComplete` while holding the key's watch-list lock, and
+/// deadlocked. A check here scans a snapshot of the list with no map lock held, so operation
+/// code that a check runs may write to the very key being checked: the `on_complete` of an
+/// operation completed by `check_and_complete("k")` watches a follow-up operation on "k". The
+/// loom models check the lock order on the loom build's map (a `Mutex<HashMap>`); this runs the
+/// real one (DashMap).
+///
+/// Catches: a check that holds the key's shard lock while it runs operation code (the watch
+/// inside `on_complete` then waits for it for ever: reported as a hang after 20 s).
+#[test]
+fn a_check_runs_operation_code_with_no_watch_list_lock_held() {
+    let (checked, got, watched, delayed) = within_20s("watch inside a check's on_complete", || {
+        let clock = ManualClock::new(0);
+        let p: Arc<Purgatory<&'static str, FollowUp>> = Arc::new(
+            Purgatory::builder()
+                .clock(clock.clone())
+                .reaper(false)
+                .build(),
+        );
+        let slot = Arc::new(OnceLock::new());
+        slot.set(Arc::downgrade(&p)).unwrap();
+        let (ready, got) = (
+            Arc::<std::sync::atomic::AtomicBool>::default(),
+            Arc::default(),
+        );
+        let op = FollowUp {
+            p: slot,
+            ready: Arc::clone(&ready),
+            follow_up: true,
+            got: Arc::clone(&got),
+        };
+        let w = p
+            .try_complete_else_watch(op, Duration::from_secs(60), &["k"])
+            .unwrap();
+        assert!(!w.completed);
+        ready.store(true, std::sync::atomic::Ordering::SeqCst);
+        let checked = p.check_and_complete(&"k");
+        let got = *got.lock().unwrap();
+        (checked, got, p.watched(), p.delayed())
+    });
+    assert_eq!(checked, 1);
+    assert_eq!(got, Some(true), "the follow-up was watched, pending");
+    assert_eq!(
+        (watched, delayed),
+        (1, 1),
+        "the follow-up alone on 'k', armed"
+    );
+}
