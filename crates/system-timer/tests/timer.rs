@@ -411,6 +411,42 @@ fn shutdown_hands_back_dispatched_tasks_that_have_not_started() {
     );
 }
 
+/// Kafka submits a task already due at `add` to its executor from the adding thread, to run
+/// asynchronously: user code never runs on the caller (reference §1.5, §7.9). In executor mode
+/// a task due at add time is dispatched at once (fired, out of `len`) and runs on an executor
+/// thread, not on the thread that added it.
+///
+/// Catches: a due-at-add task run inline on the adding thread (its user code would then run
+/// under whatever locks the caller holds).
+#[test]
+fn a_task_due_at_add_runs_on_an_executor_not_the_adding_thread() {
+    let clock = ManualClock::new(0);
+    let timer: SystemTimer = SystemTimer::builder()
+        .clock(clock.clone())
+        .name("dueadd")
+        .reaper(false)
+        .executor_threads(1)
+        .build();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let h = timer
+        .add(Duration::ZERO, move || {
+            let name = std::thread::current().name().unwrap_or("").to_owned();
+            tx.send(name).unwrap();
+        })
+        .unwrap();
+    assert!(h.is_fired(), "due at add time: dispatched at once");
+    let ran_on = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the task never ran");
+    assert!(
+        ran_on.starts_with("dueadd-executor-"),
+        "ran on {ran_on:?}, not an executor"
+    );
+    assert_eq!(timer.len(), 0);
+    assert!(timer.shutdown().is_empty());
+    assert_eq!(timer.stats().fired, 1);
+}
+
 /// With a cap, the add past it hands the task back; a cancel frees a slot.
 #[test]
 fn the_pending_cap_hands_the_task_back() {
