@@ -196,12 +196,19 @@ pub fn run_once<S: SharedTarget>(target: &S, delays: &[u64], split: Split) -> Pa
                         handles.push(target.add(delays[i], i as u64));
                     }
                     let t1 = Instant::now();
+                    // As in W1: the 10% kept are moved aside (room reserved now), and a
+                    // cancelled handle is dropped in the cancel phase, as a caller would right
+                    // after cancelling (a counted handle costs its release). Room for every kept
+                    // task: with the interleaved split, thread 0 holds them all.
+                    let mut kept = Vec::with_capacity(n.div_ceil(10));
                     phase.wait();
                     let t2 = Instant::now();
                     let mut cancelled = 0usize;
-                    for (k, h) in handles.iter().enumerate() {
+                    for (k, h) in handles.drain(..).enumerate() {
                         if (start + k * step) % 10 != 0 {
-                            cancelled += usize::from(target.cancel(h));
+                            cancelled += usize::from(target.cancel(&h));
+                        } else {
+                            kept.push(h);
                         }
                     }
                     let t3 = Instant::now();
@@ -358,4 +365,66 @@ pub fn run(args: &Args) -> ExitCode {
     println!("threads beat one; x2 cpu: process CPU ns per op (all threads); cores: that CPU over");
     println!("the phases' wall (below 2: the workers did not really run at once)");
     ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A handle whose drop takes 200 µs: a stand-in for a counted handle (an `Arc` to release).
+    struct SlowDrop;
+
+    impl Drop for SlowDrop {
+        fn drop(&mut self) {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    #[derive(Default)]
+    struct SlowDropTarget(AtomicUsize);
+
+    impl SharedTarget for SlowDropTarget {
+        type Handle = SlowDrop;
+        fn add(&self, _delay_ms: u64, _id: u64) -> SlowDrop {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            SlowDrop
+        }
+        fn cancel(&self, _h: &SlowDrop) -> bool {
+            self.0.fetch_sub(1, Ordering::Relaxed);
+            true
+        }
+        fn len(&self) -> usize {
+            self.0.load(Ordering::Relaxed)
+        }
+    }
+
+    #[test]
+    fn a_cancelled_handle_is_dropped_inside_the_cancel_phase_as_in_w1() {
+        // W1 drops each cancelled handle in its cancel phase (what a caller does right after
+        // cancelling); W1x2 must too, or its cancels skip that cost and x2/x1 flatters x2.
+        let delays = churn::delays(100, 30_000);
+        for split in [Split::Interleaved, Split::Halves] {
+            let f = run_once(&SlowDropTarget::default(), &delays, split);
+            // 90 cancelled handles, 45 per thread, 200 µs each: at least 9 ms of cancel-phase
+            // wall, at least 100 µs per cancel.
+            assert!(f.cancel_ns >= 90_000.0, "{split:?}: {f:?}");
+        }
+        // W1 (the same harness on one thread) already counts the drops.
+        struct One(SlowDropTarget);
+        impl ChurnTarget for One {
+            type Handle = SlowDrop;
+            fn add(&mut self, d: u64, id: u64) -> SlowDrop {
+                self.0.add(d, id)
+            }
+            fn cancel(&mut self, h: &SlowDrop) -> bool {
+                self.0.cancel(h)
+            }
+            fn len(&self) -> usize {
+                self.0.len()
+            }
+        }
+        let f = churn::run_once(&mut One(SlowDropTarget::default()), &delays);
+        assert!(f.cancel_ns >= 180_000.0, "{f:?}");
+    }
 }
