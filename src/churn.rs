@@ -136,6 +136,23 @@ pub fn delays(n: usize, range_ms: u64) -> Vec<u64> {
     (0..n).map(|_| 1 + rng.next() % range_ms).collect()
 }
 
+/// The header of W5's last column: the cost at the last size over the cost at the first (a power
+/// of ten written `10^k`).
+pub fn scale_ratio_label(sizes: &[usize]) -> String {
+    let name = |n: usize| {
+        let k = n.checked_ilog10().unwrap_or(0);
+        if 10usize.pow(k) == n {
+            format!("10^{k}")
+        } else {
+            n.to_string()
+        }
+    };
+    match (sizes.first(), sizes.last()) {
+        (Some(&first), Some(&last)) => format!("{}/{}", name(last), name(first)),
+        _ => "-".into(),
+    }
+}
+
 /// Runs W1 once on `target`: the add phase, then the cancel phase.
 pub fn run_once<C: ChurnTarget>(target: &mut C, delays: &[u64]) -> ChurnFigures {
     let n = delays.len();
@@ -520,6 +537,17 @@ pub fn rss_probe(name: &str, n: usize, range_ms: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_scale_ratio_is_labelled_with_the_sizes_it_divides() {
+        // W5 prints last / first: the header must name those sizes, not the default ones.
+        assert_eq!(
+            scale_ratio_label(&[10_000, 100_000, 1_000_000, 10_000_000]),
+            "10^7/10^4"
+        );
+        assert_eq!(scale_ratio_label(&[10_000, 20_000]), "20000/10^4");
+        assert_eq!(scale_ratio_label(&[1_000_000, 1000]), "10^3/10^6");
+    }
 
     #[test]
     fn the_delay_queue_enters_its_runtime_only_to_create_its_sleep() {

@@ -218,7 +218,7 @@ fn w5(a: &W5Args) {
     for n in &a.sizes {
         print!(" {:>18}", format!("N={n}"));
     }
-    println!(" {:>12}", "10^7/10^4");
+    println!(" {:>12}", churn::scale_ratio_label(&a.sizes));
     for name in &a.impls {
         print!("{name:<18}");
         let mut first = None;
