@@ -49,6 +49,20 @@ enum Cmd {
         #[arg(long, default_value_t = 2000)]
         count: u32,
     },
+    /// Internal: W1 on one implementation, in a process of its own; prints the median figures.
+    #[command(hide = true)]
+    ChurnProbe {
+        #[arg(long)]
+        r#impl: String,
+        #[arg(long)]
+        n: usize,
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        range_ms: u64,
+        #[arg(long)]
+        runs: usize,
+        #[arg(long)]
+        warm: bool,
+    },
     /// Internal: add N tasks to one implementation and print the peak RSS (bytes).
     #[command(hide = true)]
     RssProbe {
@@ -125,6 +139,19 @@ fn main() -> ExitCode {
                 wall.as_secs_f64() * 1e6
             );
         }
+        Some(Cmd::ChurnProbe {
+            r#impl,
+            n,
+            range_ms,
+            runs,
+            warm,
+        }) => {
+            let f = measure(&r#impl, runs, warm, &churn::delays(n, range_ms));
+            println!(
+                "{} {} {} {}",
+                f.add_ns, f.cancel_ns, f.add_cpu_ns, f.cancel_cpu_ns
+            );
+        }
         Some(Cmd::RssProbe {
             r#impl,
             n,
@@ -151,6 +178,56 @@ fn measure(name: &str, runs: usize, warm: bool, delays: &[u64]) -> ChurnFigures 
             std::process::exit(2);
         }
     }
+}
+
+/// W1 on implementation `name` in a child process: every implementation (and every W5 size)
+/// starts from the same process state. In one process, the allocator keeps what an earlier run
+/// freed (glibc raises its mmap and trim thresholds after a large free), so a later run skips
+/// the page faults and unmaps an earlier one paid: the figures depended on the position in
+/// `--impls`. Exits the process if the child fails (a lost task, an unknown name).
+fn measure_in_child(name: &str, runs: usize, warm: bool, n: usize, range_ms: u64) -> ChurnFigures {
+    let out = std::env::current_exe().and_then(|exe| {
+        let mut cmd = Command::new(exe);
+        cmd.args([
+            "churn-probe",
+            "--impl",
+            name,
+            "--n",
+            &n.to_string(),
+            "--range-ms",
+            &range_ms.to_string(),
+            "--runs",
+            &runs.to_string(),
+        ]);
+        if warm {
+            cmd.arg("--warm");
+        }
+        cmd.output()
+    });
+    let parsed = out
+        .as_ref()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| {
+            let v: Vec<f64> = String::from_utf8_lossy(&o.stdout)
+                .split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect();
+            (v.len() == 4).then(|| ChurnFigures {
+                add_ns: v[0],
+                cancel_ns: v[1],
+                add_cpu_ns: v[2],
+                cancel_cpu_ns: v[3],
+            })
+        });
+    parsed.unwrap_or_else(|| {
+        match &out {
+            Ok(o) => eprint!("{}", String::from_utf8_lossy(&o.stderr)),
+            Err(e) => eprintln!("{e}"),
+        }
+        eprintln!("error: W1 on {name} (N = {n}) failed in its child process");
+        std::process::exit(1);
+    })
 }
 
 fn bytes_per_task(name: &str, n: usize, range_ms: u64) -> Option<f64> {
@@ -187,9 +264,8 @@ fn w1(a: &W1Args) {
         "{:<18} {:>10} {:>12} {:>12} {:>14} {:>12}",
         "impl", "add ns/op", "cancel ns/op", "add cpu ns", "cancel cpu ns", "bytes/task"
     );
-    let delays = churn::delays(a.n, a.range_ms);
     for name in &a.impls {
-        let f = measure(name, a.runs, a.warm, &delays);
+        let f = measure_in_child(name, a.runs, a.warm, a.n, a.range_ms);
         let bytes = if a.no_bytes {
             None
         } else {
@@ -225,7 +301,7 @@ fn w5(a: &W5Args) {
         let mut last = None;
         for &n in &a.sizes {
             let range = ((n as f64) * 0.03).round().max(1.0) as u64;
-            let f = measure(name, a.runs, a.warm, &churn::delays(n, range));
+            let f = measure_in_child(name, a.runs, a.warm, n, range);
             print!(" {:>18}", format!("{:.1} / {:.1}", f.add_ns, f.cancel_ns));
             first.get_or_insert(f);
             last = Some(f);
