@@ -6,7 +6,7 @@
 use std::sync::{mpsc, Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-use purgatory::{DelayedOperation, Purgatory};
+use purgatory::{DelayedOperation, OperationHandle, Purgatory};
 use system_timer::ManualClock;
 
 type P = Purgatory<&'static str, Op>;
@@ -20,6 +20,25 @@ fn within_20s<R: Send + 'static>(what: &str, f: impl FnOnce() -> R + Send + 'sta
     std::thread::spawn(move || tx.send(f()).unwrap());
     rx.recv_timeout(Duration::from_secs(20))
         .unwrap_or_else(|_| panic!("{what}: hung"))
+}
+
+/// Completes the operation behind `handle`, armed 5 ms from now: by expiry (the clock moves and
+/// the purgatory advances) or by force.
+fn expire_or_force<K, O>(
+    clock: &ManualClock,
+    p: &Purgatory<K, O>,
+    handle: &OperationHandle<O>,
+    expire: bool,
+) where
+    K: std::hash::Hash + Eq + Clone + Send + Sync + 'static,
+    O: DelayedOperation,
+{
+    if expire {
+        clock.advance(Duration::from_millis(5));
+        assert_eq!(p.advance(), 1);
+    } else {
+        assert!(handle.force_complete());
+    }
 }
 
 /// An operation that is ready or not, and whose `on_complete` may shut its purgatory down (what
@@ -81,12 +100,7 @@ fn shutdown_from_on_complete_does_not_deadlock() {
             };
             p.try_complete_else_watch(other, Duration::from_secs(60), &["k"])
                 .unwrap();
-            if expire {
-                clock.advance(Duration::from_millis(5));
-                assert_eq!(p.advance(), 1);
-            } else {
-                assert!(w.handle.force_complete());
-            }
+            expire_or_force(&clock, &p, &w.handle, expire);
             let returned = returned.lock().unwrap().take();
             (p.shutdown().len(), returned, p.stats())
         });
@@ -181,12 +195,7 @@ fn callbacks_may_ask_their_own_handle_and_cancel_their_key() {
                 };
                 p.try_complete_else_watch(sibling, Duration::from_secs(60), &["k"])
                     .unwrap();
-                if expire {
-                    clock.advance(Duration::from_millis(5));
-                    assert_eq!(p.advance(), 1);
-                } else {
-                    assert!(w.handle.force_complete());
-                }
+                expire_or_force(&clock, &p, &w.handle, expire);
                 let got = got.lock().unwrap().take();
                 got
             });
