@@ -188,11 +188,27 @@ fn measure(t: impl Target, a: &Args) -> Row {
     }
 }
 
+/// The flags' bounds: an idle stretch of some length (its CPU is reported per second of it),
+/// over before the one task falls due (a task that fires would count as a wake-up).
+fn validate(a: &Args) -> Result<(), String> {
+    if !(a.seconds > 0.0 && a.seconds <= 1e6) {
+        return Err("need 0 < --seconds <= 1000000".into());
+    }
+    let busy_s = a.seconds + a.settle_ms as f64 / 1000.0;
+    if a.delay_s as f64 <= busy_s {
+        return Err(format!(
+            "--delay-s ({}) must exceed the settle time and the idle stretch ({busy_s} s)",
+            a.delay_s
+        ));
+    }
+    Ok(())
+}
+
 /// Runs the workload and prints its table; returns the process exit code.
 pub fn run(args: &Args) -> ExitCode {
     let a = args;
-    if !(a.seconds >= 0.0 && a.seconds <= 1e6) {
-        eprintln!("error: need 0 <= --seconds <= 1000000");
+    if let Err(e) = validate(a) {
+        eprintln!("error: {e}");
         return ExitCode::from(2);
     }
     let delay = Duration::from_secs(a.delay_s);
@@ -249,4 +265,36 @@ pub fn run(args: &Args) -> ExitCode {
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_flags_are_rejected() {
+        let ok = Args {
+            seconds: 10.0,
+            delay_s: 60,
+            settle_ms: 200,
+            impls: Vec::new(),
+        };
+        assert!(validate(&ok).is_ok());
+        for seconds in [0.0, -1.0, f64::NAN, 2e6] {
+            assert!(
+                validate(&Args {
+                    seconds,
+                    ..ok.clone()
+                })
+                .is_err(),
+                "{seconds}"
+            );
+        }
+        // The task would fall due during the idle stretch.
+        assert!(validate(&Args {
+            delay_s: 10,
+            ..ok.clone()
+        })
+        .is_err());
+    }
 }
