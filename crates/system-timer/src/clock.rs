@@ -195,11 +195,13 @@ impl Clock for SystemClock {
 #[cfg(not(loom))]
 mod fast {
     use std::cell::Cell;
-    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::OnceLock;
     use std::time::Instant;
 
     use super::duration_ns;
+    #[cfg(test)]
+    use super::tests;
 
     /// Refresh an anchor from the real clock when it is older than this, by the upper bound
     /// (so at most this old in truth; `1 + MARGIN_PPM / 10^6` times younger without slewing).
@@ -221,10 +223,19 @@ mod fast {
     /// between them).
     const BRACKET_CYCLES: u64 = 20_000;
 
+    /// How often (by the real clock, at a refresh) the kernel's clock source is read again.
+    const RECHECK_NS: u64 = 1_000_000_000;
+
     struct Source {
         base: Instant,
         /// `None` where the counter is not trusted (see `counter_trusted`): always the real clock.
         counter: Option<quanta::Clock>,
+        /// Set for good once the kernel stops keeping time with the counter after start (it
+        /// switches clock source when its watchdog finds the counter unstable): from then on
+        /// every reading is the real clock's.
+        withdrawn: AtomicBool,
+        /// When (ns after `base`) a refresh next reads the kernel's clock source again.
+        next_check_ns: AtomicU64,
         /// The first tightly bracketed reading: counter after it, and the reading.
         start: OnceLock<(u64, u64)>,
         /// Upper bound of ns per counter unit, 32.32 fixed point; 0 until calibrated.
@@ -254,6 +265,8 @@ mod fast {
             Source {
                 base,
                 counter,
+                withdrawn: AtomicBool::new(false),
+                next_check_ns: AtomicU64::new(RECHECK_NS),
                 start,
                 mult: AtomicU64::new(0),
                 max_age: AtomicU64::new(0),
@@ -266,8 +279,41 @@ mod fast {
     /// architected `arch_sys_counter` on ARM). Elsewhere (another clock source, another OS) the
     /// counter is not used and every reading is `Instant::now()`.
     pub(super) fn counter_trusted() -> bool {
+        #[cfg(test)]
+        if tests::KERNEL_DROPPED_COUNTER.load(Ordering::Relaxed) {
+            return false;
+        }
         std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
             .is_ok_and(|s| matches!(s.trim(), "tsc" | "arch_sys_counter"))
+    }
+
+    /// True once the counter was withdrawn (see `Source::withdrawn`).
+    pub(super) fn withdrawn() -> bool {
+        source().withdrawn.load(Ordering::Acquire)
+    }
+
+    /// At most once per `RECHECK_NS` (whichever refreshing thread wins), reads the kernel's
+    /// clock source again; if the kernel no longer keeps time with the counter, withdraws it:
+    /// `max_age` 0 sends every reading to `refresh`, which then reads the real clock.
+    fn recheck(src: &Source, now: u64) {
+        let due = src.next_check_ns.load(Ordering::Relaxed);
+        if now < due
+            || src
+                .next_check_ns
+                .compare_exchange(
+                    due,
+                    now.saturating_add(RECHECK_NS),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_err()
+        {
+            return;
+        }
+        if !counter_trusted() {
+            src.withdrawn.store(true, Ordering::Release);
+            src.max_age.store(0, Ordering::Release);
+        }
     }
 
     pub(super) fn calibrated() -> bool {
@@ -323,9 +369,13 @@ mod fast {
         let Some(counter) = &src.counter else {
             return real(src.base);
         };
+        if src.withdrawn.load(Ordering::Acquire) {
+            return real(src.base);
+        }
         let Some((before, m, after)) = bracket(counter, src.base) else {
             return real(src.base);
         };
+        recheck(src, m);
         ANCHOR.set((before, m));
         if src.mult.load(Ordering::Relaxed) == 0 {
             match src.start.get() {
@@ -367,6 +417,10 @@ mod fast {
             .is_ok()
         {
             src.max_age.store(max_age, Ordering::Release);
+            // A withdrawal that raced this calibration wins.
+            if src.withdrawn.load(Ordering::Acquire) {
+                src.max_age.store(0, Ordering::Release);
+            }
         }
     }
 }
@@ -482,6 +536,44 @@ impl fmt::Debug for ManualClock {
 mod tests {
     use super::*;
 
+    /// Set by a test: the kernel's clock source reads as one that is not the counter.
+    #[cfg(not(loom))]
+    pub(super) static KERNEL_DROPPED_COUNTER: std::sync::atomic::AtomicBool =
+        std::sync::atomic::AtomicBool::new(false);
+
+    /// The kernel switches clock source after start (its watchdog found the counter unstable):
+    /// within about a second of a refresh, deadline readings stop using the counter, for good.
+    ///
+    /// Catches: a counter trusted for ever on the strength of the clock source read once at
+    /// start (readings could then be early by the counters' skew).
+    #[cfg(not(loom))]
+    #[test]
+    fn a_counter_the_kernel_stops_trusting_is_withdrawn() {
+        if !fast::counter_trusted() {
+            return; // the counter is never used here: nothing to withdraw
+        }
+        let c = SystemClock::new();
+        let give_up = Instant::now() + Duration::from_secs(20);
+        while !fast::calibrated() {
+            assert!(Instant::now() < give_up, "the counter never calibrated");
+            c.deadline_base_ns();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(!fast::withdrawn());
+        KERNEL_DROPPED_COUNTER.store(true, std::sync::atomic::Ordering::Relaxed);
+        while !fast::withdrawn() {
+            assert!(Instant::now() < give_up, "the counter was never withdrawn");
+            c.deadline_base_ns();
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(
+            !fast::calibrated(),
+            "every reading takes the real clock's path"
+        );
+        let before = c.now_ns();
+        assert!(c.deadline_base_ns() >= before);
+    }
+
     #[test]
     fn manual_clock_is_monotonic_and_wakes_subscribers() {
         let c = ManualClock::new(10);
@@ -519,8 +611,11 @@ mod tests {
             "{margin} < {}",
             fastest / slowest
         );
+        // The bound over the true rate: the widening, times the slewing's swing when the
+        // calibration ran at the fastest rate and the reading at the slowest.
+        let worst_ratio = (1.0 + margin) * fastest / slowest;
         let worst_late_ns =
-            fast::MAX_AGE_NS as f64 * margin / (1.0 + margin) + fast::SLACK_NS as f64;
+            fast::MAX_AGE_NS as f64 * (1.0 - 1.0 / worst_ratio) + fast::SLACK_NS as f64;
         assert!(
             worst_late_ns < crate::reaper::HELP_MARGIN_NS as f64,
             "{worst_late_ns}"
