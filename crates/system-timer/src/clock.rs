@@ -70,8 +70,10 @@ pub(crate) fn duration_ns(d: Duration) -> u64 {
 /// calibration taken while it ran fastest), and never early whatever the slewing. Until the
 /// calibration is done, where the counter is stale or not monotonic on this thread, and where the
 /// kernel does not keep time with the counter itself (so it is not known to be synchronised
-/// across CPUs), the real clock is read. Deadlines are therefore at most about 13 µs late,
-/// never early. [`SystemClock::exact`] opts out of the counter.
+/// across CPUs), the real clock is read; the kernel's clock source is read again about once a
+/// second, and if the kernel has switched away from the counter (its watchdog found it
+/// unstable), the counter is withdrawn for good. Deadlines are therefore at most about 13 µs
+/// late, never early. [`SystemClock::exact`] opts out of the counter.
 ///
 /// ```
 /// use system_timer::{Clock, SystemClock};
