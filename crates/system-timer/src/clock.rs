@@ -290,6 +290,7 @@ mod fast {
     }
 
     /// True once the counter was withdrawn (see `Source::withdrawn`).
+    #[cfg(test)]
     pub(super) fn withdrawn() -> bool {
         source().withdrawn.load(Ordering::Acquire)
     }
