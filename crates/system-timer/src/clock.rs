@@ -184,6 +184,47 @@ impl Clock for SystemClock {
     }
 }
 
+/// A timer's clock: the default system clock called directly, so that the add path inlines its
+/// cheap deadline reading, or any other through dynamic dispatch.
+#[derive(Debug)]
+pub(crate) enum TimerClock {
+    System(SystemClock),
+    Other(Box<dyn Clock>),
+}
+
+impl Clock for TimerClock {
+    #[inline(always)]
+    fn now_ns(&self) -> u64 {
+        match self {
+            TimerClock::System(c) => c.now_ns(),
+            TimerClock::Other(c) => c.now_ns(),
+        }
+    }
+
+    #[inline(always)]
+    fn deadline_base_ns(&self) -> u64 {
+        match self {
+            TimerClock::System(c) => c.deadline_base_ns(),
+            TimerClock::Other(c) => c.deadline_base_ns(),
+        }
+    }
+
+    fn sleep_for(&self, deadline_ns: u64) -> Option<Duration> {
+        match self {
+            TimerClock::System(c) => c.sleep_for(deadline_ns),
+            TimerClock::Other(c) => c.sleep_for(deadline_ns),
+        }
+    }
+
+    #[cfg(not(loom))]
+    fn subscribe(&self, waker: Weak<dyn Fn() + Send + Sync>) {
+        match self {
+            TimerClock::System(c) => c.subscribe(waker),
+            TimerClock::Other(c) => c.subscribe(waker),
+        }
+    }
+}
+
 /// Upper bounds of the monotonic clock from the CPU's cycle counter (see [`SystemClock`]).
 ///
 /// Ground rules: every reading is in nanoseconds after `BASE.base`. A thread's anchor `(c, m)`

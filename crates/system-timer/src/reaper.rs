@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, TryRecvError};
 
+use crate::clock::Clock;
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::thread::{is_current, spawn_named, JoinHandle};
 use crate::sync::{Arc, Condvar, Mutex, Weak};

@@ -49,7 +49,7 @@ use std::time::Duration;
 
 use timing_wheel::{AddError, Added, ConcurrentWheel, WheelKey};
 
-use crate::clock::{Clock, SystemClock};
+use crate::clock::{Clock, SystemClock, TimerClock};
 use crate::error::{BuildError, ScheduleError};
 use crate::handle::{TimerHandle, TimerKey};
 use crate::stats::{Counters, TimerStats};
@@ -88,7 +88,7 @@ pub(crate) struct Inner<T> {
     pub(crate) wheel: ConcurrentWheel<T>,
     /// This timer's id, carried by its [`TimerKey`]s.
     pub(crate) id: u32,
-    pub(crate) clock: Box<dyn Clock>,
+    pub(crate) clock: TimerClock,
     pub(crate) tick_ns: u64,
     /// How long past a due bucket the reaper's own timer waits for an add to wake it (0: no
     /// waiting, and no nudges). See [`Builder::reaper_grace`].
@@ -291,7 +291,7 @@ impl<T: TimerTask> Builder<T> {
     ///
     /// With a grace, while the reaper sleeps towards the earliest bucket, the first call of
     /// [`SystemTimer::advance_if_due`] that finds the clock past that bucket's expiration (plus
-    /// 20 µs, above the error bound of its cheap clock reading) advances the wheel itself,
+    /// 25 µs, above the error bound of its cheap clock reading) advances the wheel itself,
     /// and moves the reaper's wake-up past the next bucket without waking it (on Linux, where
     /// the reaper then sleeps on a timerfd; elsewhere the reaper still wakes at the time it chose
     /// and sleeps again). Due tasks go where they would have: to the executors, or, in inline
@@ -366,7 +366,10 @@ impl<T: TimerTask> Builder<T> {
         // Loom cannot model executor threads: a model's timer always runs its tasks inline, on
         // the thread that calls `advance*`.
         let inline = self.inline || cfg!(loom);
-        let clock: Box<dyn Clock> = self.clock.unwrap_or_else(|| Box::new(SystemClock::new()));
+        let clock = match self.clock {
+            Some(clock) => TimerClock::Other(clock),
+            None => TimerClock::System(SystemClock::new()),
+        };
         let start = clock.now_ns();
         let wheel = match self.shards {
             Some(s) => ConcurrentWheel::with_shards(tick_ns, self.wheel_size, start, s)?,
