@@ -52,12 +52,8 @@ enum Cmd {
     /// Internal: W1 on one implementation, in a process of its own; prints the median figures.
     #[command(hide = true)]
     ChurnProbe {
-        #[arg(long)]
-        r#impl: String,
-        #[arg(long)]
-        n: usize,
-        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
-        range_ms: u64,
+        #[command(flatten)]
+        probe: Probe,
         #[arg(long)]
         runs: usize,
         #[arg(long)]
@@ -66,13 +62,38 @@ enum Cmd {
     /// Internal: add N tasks to one implementation and print the peak RSS (bytes).
     #[command(hide = true)]
     RssProbe {
-        #[arg(long)]
-        r#impl: String,
-        #[arg(long)]
-        n: usize,
-        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
-        range_ms: u64,
+        #[command(flatten)]
+        probe: Probe,
     },
+}
+
+/// What a probe subcommand (run in a child process of its own) measures: one implementation,
+/// N tasks, the delay range.
+#[derive(clap::Args, Debug)]
+struct Probe {
+    #[arg(long)]
+    r#impl: String,
+    #[arg(long)]
+    n: usize,
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    range_ms: u64,
+}
+
+impl Probe {
+    /// This binary, running the probe subcommand `sub` with these flags.
+    fn command(&self, sub: &str) -> std::io::Result<Command> {
+        let mut cmd = Command::new(std::env::current_exe()?);
+        cmd.args([
+            sub,
+            "--impl",
+            &self.r#impl,
+            "--n",
+            &self.n.to_string(),
+            "--range-ms",
+            &self.range_ms.to_string(),
+        ]);
+        Ok(cmd)
+    }
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -139,25 +160,19 @@ fn main() -> ExitCode {
                 wall.as_secs_f64() * 1e6
             );
         }
-        Some(Cmd::ChurnProbe {
-            r#impl,
-            n,
-            range_ms,
-            runs,
-            warm,
-        }) => {
-            let f = measure(&r#impl, runs, warm, &churn::delays(n, range_ms));
+        Some(Cmd::ChurnProbe { probe, runs, warm }) => {
+            let delays = churn::delays(probe.n, probe.range_ms);
+            let f = measure(&probe.r#impl, runs, warm, &delays);
             println!(
                 "{} {} {} {}",
                 f.add_ns, f.cancel_ns, f.add_cpu_ns, f.cancel_cpu_ns
             );
         }
-        Some(Cmd::RssProbe {
-            r#impl,
-            n,
-            range_ms,
-        }) => {
-            println!("{}", churn::rss_probe(&r#impl, n, range_ms));
+        Some(Cmd::RssProbe { probe }) => {
+            println!(
+                "{}",
+                churn::rss_probe(&probe.r#impl, probe.n, probe.range_ms)
+            );
         }
         None => return kafka_timer::load::run(&cli.w4),
     }
@@ -186,19 +201,13 @@ fn measure(name: &str, runs: usize, warm: bool, delays: &[u64]) -> ChurnFigures 
 /// the page faults and unmaps an earlier one paid: the figures depended on the position in
 /// `--impls`. Exits the process if the child fails (a lost task, an unknown name).
 fn measure_in_child(name: &str, runs: usize, warm: bool, n: usize, range_ms: u64) -> ChurnFigures {
-    let out = std::env::current_exe().and_then(|exe| {
-        let mut cmd = Command::new(exe);
-        cmd.args([
-            "churn-probe",
-            "--impl",
-            name,
-            "--n",
-            &n.to_string(),
-            "--range-ms",
-            &range_ms.to_string(),
-            "--runs",
-            &runs.to_string(),
-        ]);
+    let probe = Probe {
+        r#impl: name.to_owned(),
+        n,
+        range_ms,
+    };
+    let out = probe.command("churn-probe").and_then(|mut cmd| {
+        cmd.args(["--runs", &runs.to_string()]);
         if warm {
             cmd.arg("--warm");
         }
@@ -231,19 +240,15 @@ fn measure_in_child(name: &str, runs: usize, warm: bool, n: usize, range_ms: u64
 }
 
 fn bytes_per_task(name: &str, n: usize, range_ms: u64) -> Option<f64> {
-    let exe = std::env::current_exe().ok()?;
     let probe = |n: usize| -> Option<u64> {
-        let out = Command::new(&exe)
-            .args([
-                "rss-probe",
-                "--impl",
-                name,
-                "--n",
-                &n.to_string(),
-                "--range-ms",
-                &range_ms.to_string(),
-            ])
-            .output()
+        let probe = Probe {
+            r#impl: name.to_owned(),
+            n,
+            range_ms,
+        };
+        let out = probe
+            .command("rss-probe")
+            .and_then(|mut c| c.output())
             .ok()?;
         String::from_utf8_lossy(&out.stdout).trim().parse().ok()
     };

@@ -63,7 +63,8 @@ impl DelayedOperation for Op {
     }
 }
 
-fn manual(clock: &ManualClock) -> Arc<P> {
+/// A purgatory driven by hand on `clock` (no reaper), shared.
+fn manual<O: DelayedOperation>(clock: &ManualClock) -> Arc<Purgatory<&'static str, O>> {
     Arc::new(
         Purgatory::builder()
             .clock(clock.clone())
@@ -167,12 +168,7 @@ fn callbacks_may_ask_their_own_handle_and_cancel_their_key() {
         for expire in [false, true] {
             let got = within_20s(&format!("{how:?} (expire: {expire})"), move || {
                 let clock = ManualClock::new(0);
-                let p: Arc<Purgatory<&'static str, Reentrant>> = Arc::new(
-                    Purgatory::builder()
-                        .clock(clock.clone())
-                        .reaper(false)
-                        .build(),
-                );
+                let p: Arc<Purgatory<&'static str, Reentrant>> = manual(&clock);
                 let (slot, me) = (Arc::new(OnceLock::new()), Arc::new(OnceLock::new()));
                 slot.set(Arc::downgrade(&p)).unwrap();
                 let got = Arc::new(Mutex::new(None));
@@ -272,12 +268,7 @@ impl DelayedOperation for FollowUp {
 fn a_check_runs_operation_code_with_no_watch_list_lock_held() {
     let (checked, got, watched, delayed) = within_20s("watch inside a check's on_complete", || {
         let clock = ManualClock::new(0);
-        let p: Arc<Purgatory<&'static str, FollowUp>> = Arc::new(
-            Purgatory::builder()
-                .clock(clock.clone())
-                .reaper(false)
-                .build(),
-        );
+        let p: Arc<Purgatory<&'static str, FollowUp>> = manual(&clock);
         let slot = Arc::new(OnceLock::new());
         slot.set(Arc::downgrade(&p)).unwrap();
         let (ready, got) = (
