@@ -12,7 +12,7 @@
 #![allow(clippy::disallowed_types)] // the Mutex baselines are std's, on purpose
 
 use std::process::ExitCode;
-use std::sync::{Barrier, Mutex};
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::churn::{
@@ -168,6 +168,77 @@ pub struct ParallelFigures {
 /// One thread's clock stamps: add phase start and end, cancel phase start and end.
 type Stamps = [Instant; 4];
 
+/// A barrier that a panicking party breaks: the others' [`wait`](Gate::wait) then panics too,
+/// instead of waiting for ever for a thread that is gone (std's `Barrier` hangs then). So a
+/// worker's panic (a target refusing an add, a failed check) ends the run with that panic.
+struct Gate {
+    parties: usize,
+    state: Mutex<GateState>,
+    cv: Condvar,
+}
+
+#[derive(Default)]
+struct GateState {
+    arrived: usize,
+    generation: u64,
+    broken: bool,
+}
+
+impl Gate {
+    fn new(parties: usize) -> Self {
+        Gate {
+            parties,
+            state: Mutex::default(),
+            cv: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, GateState> {
+        // Nothing panics while holding it; a poisoned lock still holds a valid state.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits until every party has arrived. Panics if the gate is broken (before or while
+    /// waiting).
+    fn wait(&self) {
+        let mut g = self.lock();
+        let generation = g.generation;
+        if !g.broken {
+            g.arrived += 1;
+            if g.arrived == self.parties {
+                g.arrived = 0;
+                g.generation += 1;
+                self.cv.notify_all();
+                return;
+            }
+            while g.generation == generation && !g.broken {
+                g = self.cv.wait(g).unwrap_or_else(|e| e.into_inner());
+            }
+        }
+        if g.generation == generation {
+            drop(g);
+            panic!("another thread of the run panicked");
+        }
+    }
+
+    /// Breaks the gate: every waiter, and every later `wait`, panics.
+    fn break_it(&self) {
+        self.lock().broken = true;
+        self.cv.notify_all();
+    }
+}
+
+/// Breaks its gates when dropped by a panicking thread.
+struct BreakOnPanic<'a>(&'a [&'a Gate]);
+
+impl Drop for BreakOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.iter().for_each(|g| g.break_it());
+        }
+    }
+}
+
 /// Runs W1x2 once on `target`: two threads, each adding its share of `delays` and then
 /// cancelling its own with `i % 10 != 0`.
 pub fn run_once<S: SharedTarget>(target: &S, delays: &[u64], split: Split) -> ParallelFigures {
@@ -178,16 +249,20 @@ pub fn run_once<S: SharedTarget>(target: &S, delays: &[u64], split: Split) -> Pa
         Split::Interleaved => (t, n, 2),
         Split::Halves => (t * half, n.min((t + 1) * half), 1),
     };
-    let phase = Barrier::new(2);
+    let phase = Gate::new(2);
     // The workers and this thread: this thread reads the CPU clock while the workers are alive
     // (the first reading is taken before they start, so all of their CPU counts).
-    let done = Barrier::new(3);
+    let done = Gate::new(3);
+    let gates = [&phase, &done];
     let cpu0 = process_cpu_ns();
     let (cpu, stamps, cancelled) = std::thread::scope(|s| {
         let workers: Vec<_> = (0..2)
             .map(|t| {
-                let (phase, done) = (&phase, &done);
+                let (phase, done, gates) = (&phase, &done, &gates);
                 s.spawn(move || {
+                    // A panic here (the target's, or a gate broken by the other worker) breaks
+                    // the gates, so neither the other worker nor this thread waits for ever.
+                    let _break = BreakOnPanic(gates);
                     let (start, end, step) = share(t);
                     let mut handles = Vec::with_capacity(half);
                     phase.wait();
@@ -218,6 +293,8 @@ pub fn run_once<S: SharedTarget>(target: &S, delays: &[u64], split: Split) -> Pa
                 })
             })
             .collect();
+        // This thread's wait panics if a worker did; the scope then joins both workers (each
+        // woken by the broken gates) and the run ends with the panic.
         done.wait();
         let cpu = process_cpu_ns().saturating_sub(cpu0);
         done.wait();
@@ -397,6 +474,65 @@ mod tests {
         fn len(&self) -> usize {
             self.0.load(Ordering::Relaxed)
         }
+    }
+
+    /// A target that panics on its 30th add.
+    #[derive(Default)]
+    struct PanicsOnAdd(AtomicUsize);
+
+    impl SharedTarget for PanicsOnAdd {
+        type Handle = ();
+        fn add(&self, _delay_ms: u64, _id: u64) {
+            if self.0.fetch_add(1, Ordering::Relaxed) == 30 {
+                panic!("target refused an add");
+            }
+        }
+        fn cancel(&self, _h: &()) -> bool {
+            true
+        }
+        fn len(&self) -> usize {
+            0
+        }
+    }
+
+    #[test]
+    fn a_worker_panic_ends_the_run_with_a_panic_instead_of_a_hang() {
+        // std's Barrier left the other worker and the measuring thread waiting for ever.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let delays = churn::delays(1_000, 30_000);
+            let out = std::panic::catch_unwind(|| {
+                run_once(&PanicsOnAdd::default(), &delays, Split::Halves)
+            });
+            let _ = tx.send(out.is_err());
+        });
+        let panicked = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("run_once hung after a worker panicked");
+        assert!(
+            panicked,
+            "run_once returned figures after a worker panicked"
+        );
+    }
+
+    #[test]
+    fn a_gate_releases_every_party_each_round() {
+        let gate = Gate::new(3);
+        let rounds = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(|| {
+                    for _ in 0..100 {
+                        gate.wait();
+                        rounds.fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+            }
+            for _ in 0..100 {
+                gate.wait();
+            }
+        });
+        assert_eq!(rounds.load(Ordering::Relaxed), 200);
     }
 
     #[test]
