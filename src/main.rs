@@ -82,7 +82,12 @@ struct Probe {
 impl Probe {
     /// This binary, running the probe subcommand `sub` with these flags.
     fn command(&self, sub: &str) -> std::io::Result<Command> {
-        let mut cmd = Command::new(std::env::current_exe()?);
+        Ok(self.command_of(std::env::current_exe()?, sub))
+    }
+
+    /// `program`, given the probe subcommand `sub` and these flags.
+    fn command_of(&self, program: impl AsRef<std::ffi::OsStr>, sub: &str) -> Command {
+        let mut cmd = Command::new(program);
         cmd.args([
             sub,
             "--impl",
@@ -92,7 +97,7 @@ impl Probe {
             "--range-ms",
             &self.range_ms.to_string(),
         ]);
-        Ok(cmd)
+        cmd
     }
 }
 
@@ -195,6 +200,54 @@ fn measure(name: &str, runs: usize, warm: bool, delays: &[u64]) -> ChurnFigures 
     }
 }
 
+impl Probe {
+    /// Runs the probe subcommand `sub` (with `extra` flags) in a child process and returns its
+    /// standard output; on failure (no child, a non-zero exit, or output `parse` rejects), a
+    /// message with the child's standard error.
+    fn run<T>(
+        &self,
+        sub: &str,
+        extra: &[&str],
+        parse: impl FnOnce(&str) -> Option<T>,
+    ) -> Result<T, String> {
+        let cmd = self.command(sub);
+        self.run_command(cmd, sub, extra, parse)
+    }
+
+    /// [`run`](Self::run) with the command given.
+    fn run_command<T>(
+        &self,
+        cmd: std::io::Result<Command>,
+        sub: &str,
+        extra: &[&str],
+        parse: impl FnOnce(&str) -> Option<T>,
+    ) -> Result<T, String> {
+        let what = format!("{sub} on {} (N = {})", self.r#impl, self.n);
+        let out = cmd
+            .and_then(|mut cmd| cmd.args(extra).output())
+            .map_err(|e| format!("{what}: could not run the child process: {e}"))?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        match out.status.success().then(|| parse(&stdout)).flatten() {
+            Some(v) => Ok(v),
+            None => Err(format!(
+                "{}{what} failed in its child process ({}; output {:?})",
+                String::from_utf8_lossy(&out.stderr),
+                out.status,
+                stdout.trim()
+            )),
+        }
+    }
+}
+
+/// Prints a probe's failure and exits with status 1: a figure that could not be measured is
+/// an error, never a silent gap in the table.
+fn or_exit<T>(r: Result<T, String>) -> T {
+    r.unwrap_or_else(|e| {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    })
+}
+
 /// W1 on implementation `name` in a child process: every implementation (and every W5 size)
 /// starts from the same process state. In one process, the allocator keeps what an earlier run
 /// freed (glibc raises its mmap and trim thresholds after a large free), so a later run skips
@@ -206,54 +259,38 @@ fn measure_in_child(name: &str, runs: usize, warm: bool, n: usize, range_ms: u64
         n,
         range_ms,
     };
-    let out = probe.command("churn-probe").and_then(|mut cmd| {
-        cmd.args(["--runs", &runs.to_string()]);
-        if warm {
-            cmd.arg("--warm");
-        }
-        cmd.output()
-    });
-    let parsed = out
-        .as_ref()
-        .ok()
-        .filter(|o| o.status.success())
-        .and_then(|o| {
-            let v: Vec<f64> = String::from_utf8_lossy(&o.stdout)
-                .split_whitespace()
-                .filter_map(|x| x.parse().ok())
-                .collect();
-            (v.len() == 4).then(|| ChurnFigures {
-                add_ns: v[0],
-                cancel_ns: v[1],
-                add_cpu_ns: v[2],
-                cancel_cpu_ns: v[3],
-            })
-        });
-    parsed.unwrap_or_else(|| {
-        match &out {
-            Ok(o) => eprint!("{}", String::from_utf8_lossy(&o.stderr)),
-            Err(e) => eprintln!("{e}"),
-        }
-        eprintln!("error: W1 on {name} (N = {n}) failed in its child process");
-        std::process::exit(1);
-    })
+    let runs = runs.to_string();
+    let mut extra = vec!["--runs", &runs];
+    if warm {
+        extra.push("--warm");
+    }
+    or_exit(probe.run("churn-probe", &extra, |stdout| {
+        let v: Vec<f64> = stdout
+            .split_whitespace()
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        (v.len() == 4).then(|| ChurnFigures {
+            add_ns: v[0],
+            cancel_ns: v[1],
+            add_cpu_ns: v[2],
+            cancel_cpu_ns: v[3],
+        })
+    }))
 }
 
-fn bytes_per_task(name: &str, n: usize, range_ms: u64) -> Option<f64> {
-    let probe = |n: usize| -> Option<u64> {
+/// Bytes per pending task of `name`: the peak RSS of a child that adds `n` tasks, minus that
+/// of one that adds none, over `n`. Exits the process if either child fails.
+fn bytes_per_task(name: &str, n: usize, range_ms: u64) -> f64 {
+    let rss = |n: usize| {
         let probe = Probe {
             r#impl: name.to_owned(),
             n,
             range_ms,
         };
-        let out = probe
-            .command("rss-probe")
-            .and_then(|mut c| c.output())
-            .ok()?;
-        String::from_utf8_lossy(&out.stdout).trim().parse().ok()
+        or_exit(probe.run("rss-probe", &[], |stdout| stdout.trim().parse::<u64>().ok()))
     };
-    let (full, empty) = (probe(n)?, probe(0)?);
-    Some(full.saturating_sub(empty) as f64 / n.max(1) as f64)
+    let (full, empty) = (rss(n), rss(0));
+    full.saturating_sub(empty) as f64 / n.max(1) as f64
 }
 
 fn w1(a: &W1Args) {
@@ -274,7 +311,7 @@ fn w1(a: &W1Args) {
         let bytes = if a.no_bytes {
             None
         } else {
-            bytes_per_task(name, a.n, a.range_ms)
+            Some(bytes_per_task(name, a.n, a.range_ms))
         };
         println!(
             "{:<18} {:>10.1} {:>12.1} {:>12.1} {:>14.1} {:>12}",
@@ -322,5 +359,68 @@ fn w5(a: &W5Args) {
             );
         }
         println!();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn probe() -> Probe {
+        Probe {
+            r#impl: "wheel".into(),
+            n: 10,
+            range_ms: 5,
+        }
+    }
+
+    /// A probe child that fails (non-zero exit) or prints what the parser rejects is an error
+    /// naming the probe, never a figure (the bytes column used to show "-" and exit 0).
+    #[test]
+    fn a_failed_or_unparsable_probe_is_an_error() {
+        let p = probe();
+        let failed = p.run_command(
+            Ok(p.command_of("false", "rss-probe")),
+            "rss-probe",
+            &[],
+            |_| Some(0u64),
+        );
+        let e = failed.unwrap_err();
+        assert!(e.contains("rss-probe on wheel (N = 10) failed"), "{e}");
+        // `echo` succeeds and prints its arguments: not a number.
+        let unparsable = p.run_command(
+            Ok(p.command_of("echo", "rss-probe")),
+            "rss-probe",
+            &[],
+            |s| s.trim().parse::<u64>().ok(),
+        );
+        assert!(unparsable
+            .unwrap_err()
+            .contains("failed in its child process"));
+        let missing = p.run_command(
+            Ok(p.command_of("/nonexistent/kafka-timer", "rss-probe")),
+            "rss-probe",
+            &[],
+            |_| Some(0u64),
+        );
+        assert!(missing
+            .unwrap_err()
+            .contains("could not run the child process"));
+    }
+
+    /// A child that succeeds hands its parsed output back, extra flags included.
+    #[test]
+    fn a_probe_that_succeeds_returns_its_parsed_output() {
+        let p = probe();
+        let got = p.run_command(
+            Ok(p.command_of("echo", "churn-probe")),
+            "churn-probe",
+            &["--warm"],
+            |s| Some(s.trim().to_owned()),
+        );
+        assert_eq!(
+            got.unwrap(),
+            "churn-probe --impl wheel --n 10 --range-ms 5 --warm"
+        );
     }
 }
