@@ -562,9 +562,13 @@ impl Clock for ManualClock {
         None
     }
 
+    /// Drops the subscribers that are gone first: a clock shared by many short-lived timers
+    /// and never moved would otherwise keep one dead entry per timer.
     #[cfg(not(loom))]
     fn subscribe(&self, waker: Weak<dyn Fn() + Send + Sync>) {
-        self.inner.wakers.lock().push(waker);
+        let mut wakers = self.inner.wakers.lock();
+        wakers.retain(|w| w.strong_count() > 0);
+        wakers.push(waker);
     }
 }
 
@@ -639,6 +643,19 @@ mod tests {
             "dropped subscribers are not called"
         );
         assert_eq!(c.sleep_for(u64::MAX), None);
+    }
+
+    #[test]
+    fn a_manual_clock_never_moved_keeps_only_live_subscribers() {
+        let c = ManualClock::new(0);
+        let live: Arc<dyn Fn() + Send + Sync> = Arc::new(|| ());
+        c.subscribe(Arc::downgrade(&live));
+        for _ in 0..1_000 {
+            let gone: Arc<dyn Fn() + Send + Sync> = Arc::new(|| ());
+            c.subscribe(Arc::downgrade(&gone));
+        }
+        // The last one subscribed is dropped but not yet pruned.
+        assert_eq!(c.inner.wakers.lock().len(), 2);
     }
 
     /// The widening covers the fastest rate the kernel can give the monotonic clock over the
