@@ -52,8 +52,11 @@ use crate::sync::{thread_hint, Arc, Mutex, MutexGuard};
 /// purgatory (new operations, checks, `cancel_for_key`, `shutdown`, dropping it) and any handle,
 /// their own included (it answers "completed": `force_complete` false, `take` and `with` `None`).
 /// `try_complete` runs while the operation is pending and its lock is held by the caller: it
-/// must not call the operation's own handle, `check_and_complete` on a key the operation
-/// watches, or `shutdown` (each waits for that lock: a deadlock).
+/// must not call anything that may take that lock, or it deadlocks: the operation's own handle,
+/// `check_and_complete` or `cancel_for_key` on a key the operation watches, `shutdown`, or
+/// anything that may advance the purgatory's timer (`Purgatory::advance`, or
+/// `try_complete_else_watch` on a purgatory with a reaper grace) once the operation's own
+/// timeout may be due (its expiry takes the lock).
 ///
 /// ```
 /// use purgatory::DelayedOperation;

@@ -59,8 +59,10 @@ pub struct PurgatoryStats {
     /// Operations completed by expiry.
     pub expired: u64,
     /// Operations handed back without completing: by shutdown, refused mid-watch by a
-    /// shutdown, taken back through their handle ([`OperationHandle::take`]), or dropped
-    /// because their `try_complete` panicked in [`Purgatory::try_complete_else_watch`].
+    /// shutdown or by a full shared timer ([`WatchError::Full`](crate::WatchError::Full)),
+    /// taken back through their handle ([`OperationHandle::take`]), or dropped because
+    /// something panicked while [`Purgatory::try_complete_else_watch`] entered them (their
+    /// `try_complete`, a key's `Clone`, `Hash` or `Eq`, the timer's clock).
     ///
     /// [`OperationHandle::take`]: crate::OperationHandle::take
     pub handed_back: u64,
@@ -98,7 +100,10 @@ struct Inner<K, Op> {
 ///   `on_expiration` only when expiry won, right after `on_complete`.
 /// * `try_complete`, `on_complete` and `on_expiration` of one operation never overlap (all run
 ///   under its lock), and `try_complete` is never called after completion.
-/// * No user code runs under a watch-map or timer lock.
+/// * No user code runs under a watch-map or timer lock, but for drops: a sweep may drop a key
+///   and the last reference to a completed operation's cell (whose operation is gone already:
+///   only its [`ReadyHint`](crate::ReadyHint) closure is left to drop) under a watch-map shard
+///   lock. Such a drop must not call back into the purgatory.
 /// * A completed operation is dropped at once; its empty cell leaves each watch list at the next
 ///   check of that key that finds enough completed entries, or at the count-triggered purge.
 ///
@@ -264,7 +269,7 @@ where
         self
     }
 
-    /// Watch-map shards (default 512; rounded up to a power of two).
+    /// Watch-map shards (default 512; rounded up to a power of two, at least 2).
     pub fn shards(mut self, n: usize) -> Self {
         self.shards = n.max(1);
         self
@@ -541,7 +546,7 @@ where
     /// ones. An operation that the purgatory's [`ready_test`](Builder::ready_test) rules out is
     /// skipped without reading it; one with a [`ReadyHint`](crate::ReadyHint) that says not
     /// ready, without its lock. Returns how many this call completed. Runs no user code under
-    /// any map lock. Drops the key's list once every operation on it has completed (as far as
+    /// any map lock (drops aside: see the invariants on [`Purgatory`]). Drops the key's list once every operation on it has completed (as far as
     /// the scan sees: completed entries the ready test rules out are not counted, and wait for
     /// the purge).
     ///

@@ -900,14 +900,14 @@ fn concurrent_checks_complete_once() {
 /// returns nothing) or the cancel does (the op is returned pending, its timer disarmed: the
 /// documented contract is that it then never expires, and can still be forced).
 ///
-/// **Fails today** (a real bug, kept failing on purpose): the reaper's advance takes the expiry
-/// task out of the wheel and releases the wheel lock; `cancel_for_key` then takes the op lock,
-/// `timer.cancel()` returns false (already dispatched), and it returns the op as pending and
-/// disarmed; the advance then runs the task, and `OpCell::expire` (which checks only
-/// `completed`) expires it: `on_complete` + `on_expiration` on an op the caller was told is
-/// cancelled. Fix: only an armed op expires; in `expire`, `if !self.is_completed() &&
-/// st.timer.is_some()` (every completion and `cancel_for_key` take the handle under the op lock,
-/// and the watch stores it in the same lock hold as the add, see [`expiry_races_watch`]).
+/// The bug this model found (fixed): the reaper's advance takes the expiry task out of the wheel
+/// and releases the wheel lock; `cancel_for_key` then takes the op lock, `timer.cancel()`
+/// returns false (already dispatched), and it returns the op as pending and disarmed; the
+/// advance then ran the task, and `OpCell::expire`, which checked only `completed`, expired it:
+/// `on_complete` + `on_expiration` on an op the caller was told is cancelled. The fix: only an
+/// armed op expires (`expire` also requires `st.timer.is_some()`; every completion and
+/// `cancel_for_key` take the timer key under the op lock, and the watch stores it in the same
+/// lock hold as the add, see [`expiry_races_watch`]).
 #[test]
 fn cancel_for_key_races_expiry() {
     const OUTCOMES: &[&str] = &["expired before the cancel", "cancelled before the expiry"];
