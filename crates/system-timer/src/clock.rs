@@ -52,6 +52,23 @@ pub(crate) fn duration_ns(d: Duration) -> u64 {
         .saturating_add(u64::from(d.subsec_nanos()))
 }
 
+/// The deadline `d` after the clock's epoch, in nanoseconds; `None` past the end of the clock's
+/// range (`u64::MAX` ns), which no reading reaches: `Duration::MAX`, say.
+#[inline(always)]
+pub(crate) fn deadline_at(d: Duration) -> Option<u64> {
+    match duration_ns(d) {
+        u64::MAX => u64::try_from(d.as_nanos()).ok(),
+        ns => Some(ns),
+    }
+}
+
+/// The deadline `delay` after the reading `base`, in nanoseconds; `None` past the end of the
+/// clock's range, which no reading reaches (`Duration::MAX`, or any delay the sum overflows with).
+#[inline(always)]
+pub(crate) fn deadline_after(base: u64, delay: Duration) -> Option<u64> {
+    deadline_at(delay).and_then(|ns| base.checked_add(ns))
+}
+
 /// The monotonic system clock (`std::time::Instant`), read in nanoseconds since the clock was
 /// created.
 ///

@@ -521,14 +521,14 @@ impl<T: TimerTask> SystemTimer<T> {
         task: impl Into<T>,
     ) -> Result<TimerHandle<T>, ScheduleError<T>> {
         let now = self.inner.clock.deadline_base_ns();
-        let deadline = now.saturating_add(crate::clock::duration_ns(delay));
+        let deadline = crate::clock::deadline_after(now, delay);
         self.inner.schedule(deadline, task.into())
     }
 
     /// Schedules `task` at an absolute deadline: `deadline` after the clock's epoch (compare
     /// [`now`](Self::now)). A deadline in the past is due at once: dispatched from this thread
     /// if the timer's last advance already reached it, else run by the next advance (the
-    /// reaper is woken for it).
+    /// reaper is woken for it). A deadline past the clock's range (`Duration::MAX`) never fires.
     ///
     /// # Errors
     ///
@@ -550,7 +550,7 @@ impl<T: TimerTask> SystemTimer<T> {
         task: impl Into<T>,
     ) -> Result<TimerHandle<T>, ScheduleError<T>> {
         self.inner
-            .schedule(crate::clock::duration_ns(deadline), task.into())
+            .schedule(crate::clock::deadline_at(deadline), task.into())
     }
 
     /// [`add`](Self::add), returning a [`TimerKey`] instead of a [`TimerHandle`]: the cheapest
@@ -580,7 +580,7 @@ impl<T: TimerTask> SystemTimer<T> {
         task: impl Into<T>,
     ) -> Result<TimerKey, ScheduleError<T>> {
         let now = self.inner.clock.deadline_base_ns();
-        let deadline = now.saturating_add(crate::clock::duration_ns(delay));
+        let deadline = crate::clock::deadline_after(now, delay);
         self.inner.schedule_keyed(deadline, task.into())
     }
 
@@ -596,7 +596,7 @@ impl<T: TimerTask> SystemTimer<T> {
         task: impl Into<T>,
     ) -> Result<TimerKey, ScheduleError<T>> {
         self.inner
-            .schedule_keyed(crate::clock::duration_ns(deadline), task.into())
+            .schedule_keyed(crate::clock::deadline_at(deadline), task.into())
     }
 
     /// Cancels the task `key` names: O(1), from any thread. Returns true if this call won: the
@@ -879,14 +879,17 @@ fn split<J>(mut jobs: Vec<J>, parts: usize) -> Vec<Vec<J>> {
 // ===== impl Inner =====
 
 impl<T: TimerTask> Inner<T> {
+    /// Schedules `task` at `deadline` (ns on the clock; `None`: past the end of the clock's
+    /// range, never reached).
     #[inline(always)]
     pub(crate) fn schedule(
         &self,
-        deadline_ns: u64,
+        deadline: Option<u64>,
         task: T,
     ) -> Result<TimerHandle<T>, ScheduleError<T>> {
+        let deadline_ns = deadline.unwrap_or(u64::MAX);
         Ok(
-            match self.schedule_with(deadline_ns, task, ConcurrentWheel::add)? {
+            match self.schedule_with(deadline, task, ConcurrentWheel::add)? {
                 Some(entry) => TimerHandle::new(Some(entry), deadline_ns, self.cap.clone()),
                 None => TimerHandle::new(None, deadline_ns, None),
             },
@@ -896,10 +899,10 @@ impl<T: TimerTask> Inner<T> {
     #[inline(always)]
     pub(crate) fn schedule_keyed(
         &self,
-        deadline_ns: u64,
+        deadline: Option<u64>,
         task: T,
     ) -> Result<TimerKey, ScheduleError<T>> {
-        let key = self.schedule_with(deadline_ns, task, ConcurrentWheel::add_keyed)?;
+        let key = self.schedule_with(deadline, task, ConcurrentWheel::add_keyed)?;
         Ok(TimerKey {
             key: key.unwrap_or(WheelKey::NONE),
             timer: self.id,
@@ -907,19 +910,23 @@ impl<T: TimerTask> Inner<T> {
     }
 
     /// Schedules through `add` (the wheel's handle- or key-returning add). `None`: the task was
-    /// already due and has been dispatched.
+    /// already due and has been dispatched. A `deadline` of `None` is past the end of the
+    /// clock's range: the task never runs (it waits in the wheel, as "never", until cancelled or
+    /// handed back).
     #[inline(always)]
     fn schedule_with<H>(
         &self,
-        deadline_ns: u64,
+        deadline: Option<u64>,
         task: T,
         add: impl FnOnce(&ConcurrentWheel<T>, u64, T) -> Result<Added<H>, AddError<T>>,
     ) -> Result<Option<H>, ScheduleError<T>> {
+        let deadline_ns = deadline.unwrap_or(u64::MAX);
         if deadline_ns > u64::MAX - self.tick_ns {
             // Past the wheel's last tick: "never" to the wheel. Unless the clock has reached it
             // (a clock at the end of its range, e.g. a saturated manual clock): then it is due,
-            // as any deadline in the past is.
-            if deadline_ns <= self.clock.now_ns() {
+            // as any deadline in the past is. A deadline past the clock's range (`None`) is not
+            // reached even then: it is not `u64::MAX`, only stored as that.
+            if deadline.is_some() && deadline_ns <= self.clock.now_ns() {
                 self.dispatch_now(Job { task, deadline_ns })?;
                 return Ok(None);
             }

@@ -510,6 +510,29 @@ fn a_huge_delay_never_fires() {
     assert_eq!(timer.len(), 2);
 }
 
+/// `Duration::MAX` never fires, nor does any delay that reaches past the end of the clock's range,
+/// even on a clock already at that end (a manual clock saturated at `u64::MAX` ns): the task stays
+/// pending and shutdown hands it back. Before, the saturated deadline (`u64::MAX`) compared as
+/// reached on such a clock, and the task ran at once.
+#[test]
+fn a_delay_past_the_end_of_the_clock_never_fires_even_there() {
+    let clock = ManualClock::new(0);
+    let timer = manual(&clock, 20);
+    clock.advance(Duration::MAX);
+    timer.advance();
+    let log = Log::default();
+    let h = timer.add(Duration::MAX, log.task(&clock, 1)).unwrap();
+    let k = timer
+        .add_keyed(Duration::from_nanos(1), log.task(&clock, 2))
+        .unwrap();
+    timer.advance();
+    assert_eq!(log.total(), 0, "a delay past the end of time ran");
+    assert!(h.is_pending() && timer.is_pending(k));
+    assert_eq!(timer.len(), 2);
+    assert_eq!(timer.shutdown().len(), 2);
+    timer.check_invariants();
+}
+
 /// A clock at the end of its range (a manual clock saturated at `u64::MAX` ns): a task due now
 /// (zero delay, or a deadline the clock has passed) still runs at the next advance. Before, every
 /// deadline past the wheel's last tick was filed as "never", due ones included.
