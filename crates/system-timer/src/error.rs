@@ -8,7 +8,7 @@ use std::fmt;
 pub enum ScheduleError<T> {
     /// The timer has been shut down.
     Shutdown(T),
-    /// The timer already holds its configured maximum of pending tasks
+    /// The timer's wheel already holds its configured maximum of waiting tasks
     /// ([`Builder::max_pending`](crate::Builder::max_pending)).
     Full(T),
 }

@@ -275,7 +275,10 @@ impl<T: TimerTask> Builder<T> {
         self
     }
 
-    /// Refuse new tasks with [`ScheduleError::Full`] while `max` tasks are pending.
+    /// Refuse new tasks with [`ScheduleError::Full`] while `max` tasks wait in the wheel. A
+    /// task leaves the cap when it leaves the wheel: tasks dispatched to the executors and not
+    /// yet started, and tasks already due when added (dispatched at once), are not counted, so
+    /// [`SystemTimer::len`] can exceed `max` while the executors are behind.
     pub fn max_pending(mut self, max: usize) -> Self {
         self.max_pending = Some(max);
         self

@@ -63,6 +63,8 @@ const LAST_GENERATION: u32 = !STATE_MASK;
 ///
 /// A key stays valid until its entry fires, is cancelled or is handed back; after that it matches
 /// nothing, ever (the node's generation moves on, and nodes are retired before it could wrap).
+/// A key carries no wheel identity: used with another wheel, it may name (and cancel) an
+/// unrelated entry there. Keep keys with the wheel that made them.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct EntryKey {
     pub(crate) index: u32,

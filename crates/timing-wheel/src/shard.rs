@@ -163,7 +163,8 @@ impl<T> Shard<T> {
     }
 
     /// Unlinks the entry and hands its value back: `None` if the key no longer names a
-    /// scheduled entry (fired, cancelled, handed back, or never from this wheel).
+    /// scheduled entry (fired, cancelled, handed back). A key from another wheel is not
+    /// recognised as such: it may name an entry of this one.
     #[inline(always)]
     pub(crate) fn cancel(&mut self, key: EntryKey) -> Option<T> {
         if !self.arena.is_pending(key) {
