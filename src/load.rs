@@ -442,8 +442,9 @@ fn validate(a: &Args) -> Result<(), String> {
                 .into(),
         );
     }
-    if !(a.reaper_grace_ms >= 0.0 && a.reaper_grace_ms.is_finite()) {
-        return Err("need a finite --reaper-grace-ms >= 0".into());
+    // Up to an hour, like the tick (a grace in ms past u64 seconds panicked converting).
+    if !(0.0..=3_600_000.0).contains(&a.reaper_grace_ms) {
+        return Err("need 0 <= --reaper-grace-ms <= 3600000".into());
     }
     Ok(())
 }
@@ -906,8 +907,11 @@ pub fn run_once(args: &Args) -> Report {
     // From now on the completer keeps time itself.
     shared.generating.store(false, Release);
     completer_thread.unpark();
-    // Wait (generously) until every request has completed one way or the other.
-    let deadline = Instant::now() + timeout + Duration::from_secs(30);
+    // Wait (generously) until every request has completed one way or the other: once the
+    // generator stops advancing the timer, the last expiries wait for the reaper, up to a tick
+    // plus the reaper grace after their deadline.
+    let grace = Duration::from_secs_f64(args.reaper_grace_ms / 1000.0);
+    let deadline = Instant::now() + timeout + tick + grace + Duration::from_secs(30);
     while counts(n, true).completed < n as u64 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(1));
         sampler.poll(start.elapsed().as_nanos() as u64, n, counts);
@@ -1656,7 +1660,7 @@ mod tests {
         assert!(validate(&a).is_err());
         assert!(validate(&small(Model::Watch)).is_ok());
         // Each of these used to panic, abort on a huge allocation, hang or print NaN.
-        let bad: [fn(&mut Args); 10] = [
+        let bad: [fn(&mut Args); 12] = [
             |a| a.tick_ms = f64::INFINITY,
             |a| a.tick_ms = 1e-9,
             |a| a.wheel_size = 1_000_000_000,
@@ -1667,6 +1671,8 @@ mod tests {
             |a| a.rate = 1e-300,
             |a| (a.find_max_rate, a.json) = (true, true),
             |a| (a.find_max_rate, a.baseline) = (true, true),
+            |a| a.reaper_grace_ms = 1e30,
+            |a| a.reaper_grace_ms = f64::NAN,
         ];
         for (i, spoil) in bad.iter().enumerate() {
             let mut a = small(Model::Kafka);
