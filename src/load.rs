@@ -1729,19 +1729,20 @@ mod tests {
     #[test]
     fn an_earlier_due_request_wakes_the_sleeping_completer() {
         for wake in [CompleterWake::Generator, CompleterWake::Timer] {
-            // 400 requests/s: gaps of 2.5 ms, latencies from well under a ms to the timeout.
+            // 200 requests/s: gaps of 5 ms, latencies from well under a ms to the timeout.
             let a = Args {
-                num: 400,
-                rate: 400.0,
+                num: 200,
+                rate: 200.0,
                 completer_wake: wake,
                 harness_only: true,
                 ..small(Model::Kafka)
             };
             let r = run_once(&a);
             assert!(r.exactly_once && r.wrong_outcome == 0, "{wake:?}");
-            // A completer tick (1 ms) plus scheduling noise; it was 30-40 ms.
+            // A completer tick (1 ms) plus scheduling noise, with room for a loaded machine;
+            // it was about 80 ms at this rate.
             assert!(
-                r.completer_lag_p99_ms < 10.0,
+                r.completer_lag_p99_ms < 30.0,
                 "{wake:?}: completer lag p99 {:.3} ms",
                 r.completer_lag_p99_ms
             );
