@@ -616,7 +616,9 @@ pub fn run_once(args: &Args) -> Report {
     let expected_expired = latency_ns.iter().filter(|&&l| l >= timeout_ns).count();
     let boundary = latency_ns
         .iter()
-        .filter(|&&l| l + tick_ns >= timeout_ns && l < timeout_ns + tick_ns)
+        .filter(|&&l| {
+            l.saturating_add(tick_ns) >= timeout_ns && l < timeout_ns.saturating_add(tick_ns)
+        })
         .count();
 
     let timer = SystemTimer::builder()
