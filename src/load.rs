@@ -122,9 +122,9 @@ pub struct Args {
     /// Purgatory purge interval (completed watched operations between purges).
     #[arg(long, default_value_t = 1000)]
     pub purge_interval: usize,
-    /// Timer executor threads (expiries run there); 0 (the purgatory's default) runs expiries on
-    /// the thread that advances the timer: the reaper, or with a reaper grace mostly the
-    /// generator.
+    /// Timer executor threads (expiries run there), at most 256; 0 (the purgatory's default)
+    /// runs expiries on the thread that advances the timer: the reaper, or with a reaper grace
+    /// mostly the generator.
     #[arg(long, default_value_t = 0)]
     pub executors: usize,
     /// Random seed (splitmix64).
@@ -404,6 +404,9 @@ const MAX_TIMEOUT_MS: u64 = 3_600_000;
 /// The most keys one request may watch.
 const MAX_KEYS: usize = 1024;
 
+/// The most timer executor threads `--executors` accepts.
+const MAX_EXECUTORS: usize = 256;
+
 fn validate(a: &Args) -> Result<(), String> {
     // At least one request a second: the gaps are whole nanoseconds in a u64.
     if a.num == 0 || !(a.rate >= 1.0 && a.rate.is_finite()) {
@@ -445,6 +448,10 @@ fn validate(a: &Args) -> Result<(), String> {
     // Up to an hour, like the tick (a grace in ms past u64 seconds panicked converting).
     if !(0.0..=3_600_000.0).contains(&a.reaper_grace_ms) {
         return Err("need 0 <= --reaper-grace-ms <= 3600000".into());
+    }
+    // A thread each: a huge count only fails (or exhausts the machine) spawning them.
+    if a.executors > MAX_EXECUTORS {
+        return Err(format!("need --executors <= {MAX_EXECUTORS}"));
     }
     Ok(())
 }
@@ -1662,7 +1669,7 @@ mod tests {
         assert!(validate(&a).is_err());
         assert!(validate(&small(Model::Watch)).is_ok());
         // Each of these used to panic, abort on a huge allocation, hang or print NaN.
-        let bad: [fn(&mut Args); 12] = [
+        let bad: [fn(&mut Args); 13] = [
             |a| a.tick_ms = f64::INFINITY,
             |a| a.tick_ms = 1e-9,
             |a| a.wheel_size = 1_000_000_000,
@@ -1675,6 +1682,7 @@ mod tests {
             |a| (a.find_max_rate, a.baseline) = (true, true),
             |a| a.reaper_grace_ms = 1e30,
             |a| a.reaper_grace_ms = f64::NAN,
+            |a| a.executors = 1_000_000,
         ];
         for (i, spoil) in bad.iter().enumerate() {
             let mut a = small(Model::Kafka);
