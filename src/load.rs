@@ -281,8 +281,9 @@ pub struct Report {
     pub threads: Vec<ThreadRow>,
     /// Peak RSS of the process, bytes.
     pub peak_rss: u64,
-    /// Peak RSS minus the RSS before the run, divided by the peak number of pending requests.
-    pub bytes_per_pending: f64,
+    /// Peak RSS minus the RSS before the run, divided by the peak number of pending requests;
+    /// `None` if nothing was ever pending (every request completed at its first try).
+    pub bytes_per_pending: Option<f64>,
     /// Largest number of requests pending in the purgatory at once (sampled every 10 ms).
     pub peak_pending: usize,
     /// Requests completed before their timeout.
@@ -1026,7 +1027,8 @@ pub fn run_once(args: &Args) -> Report {
         wakeups_s_per_million: sleeps as f64 * wake_cost_ns / 1e9 / n as f64 * 1e6,
         threads,
         peak_rss,
-        bytes_per_pending: peak_rss.saturating_sub(rss0) as f64 / peak_pending.max(1) as f64,
+        bytes_per_pending: (peak_pending > 0)
+            .then(|| peak_rss.saturating_sub(rss0) as f64 / peak_pending as f64),
         peak_pending,
         completed_early: n - expired - not_exactly_once.min(n - expired),
         expired,
@@ -1165,12 +1167,14 @@ fn print_table(args: &Args, r: &Report) {
             format!("{share:.2}"),
         ));
     }
+    let bytes = |b: Option<f64>| b.map_or("- (nothing pending)".into(), |b| format!("{b:.0}"));
     let bytes_per_pending = match &r.baseline {
         Some(b) => format!(
-            "{:.0} (harness alone: {:.0})",
-            r.bytes_per_pending, b.bytes_per_pending
+            "{} (harness alone: {})",
+            bytes(r.bytes_per_pending),
+            bytes(b.bytes_per_pending)
         ),
-        None => format!("{:.0}", r.bytes_per_pending),
+        None => bytes(r.bytes_per_pending),
     };
     rows.extend([
         ("peak RSS (MB)", format!("{:.1}", r.peak_rss as f64 / 1e6)),
@@ -1280,7 +1284,11 @@ fn to_json(args: &Args, r: &Report) -> String {
     );
     field("peak_rss_bytes", r.peak_rss.to_string());
     field("peak_pending", r.peak_pending.to_string());
-    field("bytes_per_pending", format!("{:.1}", r.bytes_per_pending));
+    field(
+        "bytes_per_pending",
+        r.bytes_per_pending
+            .map_or("null".into(), |b| format!("{b:.1}")),
+    );
     field("completed_early", r.completed_early.to_string());
     field("expired", r.expired.to_string());
     field("expected_expired", r.expected_expired.to_string());
@@ -1757,5 +1765,34 @@ mod tests {
                 r.completer_lag_p99_ms
             );
         }
+    }
+
+    /// Bytes per pending request is a figure only when something was pending: with latencies
+    /// near zero (nothing seen pending by the 10 ms sampler) it used to divide the RSS growth
+    /// by 1 and print it; now it is absent (`-` in the table, `null` in JSON).
+    #[test]
+    fn bytes_per_pending_needs_something_pending() {
+        let quick = Args {
+            num: 2_000,
+            pct50: 1e-300,
+            pct75: 2e-300,
+            ..small(Model::Kafka)
+        };
+        // Whether the sampler saw one pending or not, the figure and the count agree.
+        let r = run_once(&quick);
+        assert!(r.exactly_once);
+        match r.bytes_per_pending {
+            Some(b) => assert!(r.peak_pending > 0 && b >= 0.0, "{b} at {}", r.peak_pending),
+            None => assert_eq!(r.peak_pending, 0),
+        }
+        let json = to_json(&quick, &r);
+        assert_eq!(
+            json.contains("\"bytes_per_pending\":null"),
+            r.peak_pending == 0,
+            "{json}"
+        );
+        // Requests pending for tens of ms: always a figure.
+        let r = run_once(&small(Model::Kafka));
+        assert!(r.peak_pending > 0 && r.bytes_per_pending.is_some());
     }
 }
