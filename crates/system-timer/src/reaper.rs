@@ -294,26 +294,37 @@ impl Threads {
 /// operation whose expiry was in flight). That thread can neither join itself nor wait for the
 /// task it is running, so a short-lived thread (`<name>-shutdown`) finishes the shutdown once
 /// the task returns, and drops the tasks it would have returned. If that thread cannot be
-/// spawned, every thread of the timer is left to stop on its own (the reaper sees `stopping`,
-/// the executors a closed channel), detached; pending tasks are dropped with the timer's
-/// state.
+/// spawned, this thread closes the wheel and the dispatch itself (so later adds fail with
+/// `Shutdown` rather than wait in a timer nobody advances) and drops the pending and ready
+/// tasks here, after releasing every lock; the timer's threads are left to stop on their own
+/// (the reaper sees `stopping`, the executors a closed channel), detached.
 pub(crate) fn shutdown_elsewhere<T: TimerTask>(inner: Arc<Inner<T>>, threads: Threads) {
     let name = format!("{}-shutdown", inner.name);
     let slot = Arc::new(Mutex::new(Some((inner, threads))));
     let theirs = Arc::clone(&slot);
-    let spawned = spawn_named(name, move || {
+    let finish = move || {
         if let Some((inner, threads)) = theirs.lock().take() {
             drop(inner.finish_shutdown(threads));
         }
-    });
+    };
+    #[cfg(test)]
+    let spawned = if tests::FAIL_SHUTDOWN_SPAWN.with(std::cell::Cell::get) {
+        Err(std::io::Error::other("spawn refused (test)"))
+    } else {
+        spawn_named(name, finish)
+    };
+    #[cfg(not(test))]
+    let spawned = spawn_named(name, finish);
     if spawned.is_err() {
-        if let Some((inner, threads)) = slot.lock().take() {
+        let taken = slot.lock().take();
+        if let Some((inner, threads)) = taken {
             inner.parker.unpark();
-            drop(std::mem::replace(
-                &mut *inner.dispatch.lock(),
-                Dispatch::Closed,
-            ));
+            let mut dropped = Vec::new();
+            inner.close_wheel(&mut dropped);
+            inner.close_dispatch(&mut dropped);
             inner.idle_executors.release(threads.executors.len());
+            drop(threads);
+            drop(dropped);
         }
     }
 }
@@ -397,7 +408,7 @@ fn abort_start<T: TimerTask>(
     e: std::io::Error,
 ) -> std::io::Error {
     inner.stopping.store(true, Ordering::Release);
-    *inner.dispatch.lock() = crate::timer::Dispatch::Closed;
+    *inner.dispatch.lock() = Dispatch::Closed;
     threads.stop_reaper(inner);
     threads.join_executors(inner);
     e
@@ -453,8 +464,7 @@ fn reaper_loop<T: TimerTask>(inner: &Inner<T>) {
 pub(crate) const HELP_MARGIN_NS: u64 = 25_000;
 
 fn has_ready<T: TimerTask>(inner: &Inner<T>) -> bool {
-    inner.inline
-        && matches!(&*inner.dispatch.lock(), crate::timer::Dispatch::Inline(v) if !v.is_empty())
+    inner.inline && matches!(&*inner.dispatch.lock(), Dispatch::Inline(v) if !v.is_empty())
 }
 
 fn executor_loop<T: TimerTask>(inner: &Inner<T>, rx: &Receiver<Vec<Job<T>>>) {
@@ -521,5 +531,70 @@ pub(crate) fn advance_clock<T: TimerTask>(inner: &Inner<T>, timeout: Duration) -
         inner
             .parker
             .park_since(epoch, inner.clock.sleep_for(wake_at));
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::disallowed_types)] // tests use std's locks and atomics freely
+mod tests {
+    use std::cell::Cell;
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use crate::{ManualClock, SystemTimer};
+
+    thread_local! {
+        /// Makes this thread's next `shutdown_elsewhere` find its thread unspawnable.
+        pub(super) static FAIL_SHUTDOWN_SPAWN: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// Counts its drops.
+    struct Dropped(Arc<AtomicUsize>);
+
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, SeqCst);
+        }
+    }
+
+    /// A shutdown from a task whose `<name>-shutdown` thread cannot be spawned still shuts the
+    /// timer: later adds fail with `Shutdown` (they used to be accepted into a wheel nobody
+    /// would advance again), and the pending task is dropped, not run.
+    #[test]
+    fn a_deferred_shutdown_that_cannot_spawn_still_closes_the_timer() {
+        let clock = ManualClock::new(0);
+        let timer = Arc::new(
+            SystemTimer::builder()
+                .clock(clock.clone())
+                .reaper(false)
+                .inline()
+                .build(),
+        );
+        let (drops, ran) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let weak = Arc::downgrade(&timer);
+        timer
+            .add(Duration::from_millis(10), move || {
+                let returned = weak.upgrade().expect("timer alive").shutdown();
+                assert!(returned.is_empty(), "a deferred shutdown returns nothing");
+            })
+            .unwrap();
+        let (d, r) = (Dropped(drops.clone()), ran.clone());
+        timer
+            .add(Duration::from_secs(1), move || {
+                let _d = d;
+                r.fetch_add(1, SeqCst);
+            })
+            .unwrap();
+        FAIL_SHUTDOWN_SPAWN.with(|f| f.set(true));
+        clock.advance(Duration::from_millis(10));
+        assert_eq!(timer.advance(), 1);
+        FAIL_SHUTDOWN_SPAWN.with(|f| f.set(false));
+        assert_eq!(drops.load(SeqCst), 1, "the pending task is dropped");
+        let later = timer.add(Duration::from_millis(1), || ());
+        assert!(later.unwrap_err().is_shutdown());
+        clock.advance(Duration::from_secs(2));
+        assert_eq!(timer.advance(), 0);
+        assert_eq!(ran.load(SeqCst), 0);
     }
 }

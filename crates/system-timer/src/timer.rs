@@ -1236,12 +1236,28 @@ impl<T: TimerTask> Inner<T> {
         #[cfg(not(loom))]
         threads.stop_reaper(self);
         let mut out = Vec::new();
+        self.close_wheel(&mut out);
+        self.wait_idle();
+        self.close_dispatch(&mut out);
+        #[cfg(not(loom))]
+        threads.join_executors(self);
+        out.append(&mut self.returned.lock());
+        out
+    }
+
+    /// Shutdown's step 2: closes the wheel (later adds fail with
+    /// [`ScheduleError::Shutdown`]) and hands its entries back into `out`, with their cap slots.
+    pub(crate) fn close_wheel(&self, out: &mut Vec<T>) {
         let closed = self.wheel.lock().close(|f| out.push(f.value));
         // The wheel's entries held the cap's slots: give them back with the entries.
         if let Some(cap) = &self.cap {
             cap.used.fetch_sub(closed, Ordering::AcqRel);
         }
-        self.wait_idle();
+    }
+
+    /// Shutdown's step 4: closes `dispatch`, handing the inline ready list back into `out` and
+    /// dropping the executors' channel sender (after the lock is released).
+    pub(crate) fn close_dispatch(&self, out: &mut Vec<T>) {
         let closed = std::mem::replace(&mut *self.dispatch.lock(), Dispatch::Closed);
         match closed {
             Dispatch::Inline(jobs) => {
@@ -1254,10 +1270,6 @@ impl<T: TimerTask> Inner<T> {
             Dispatch::Executor(tx) => drop(tx),
             Dispatch::Closed => {}
         }
-        #[cfg(not(loom))]
-        threads.join_executors(self);
-        out.append(&mut self.returned.lock());
-        out
     }
 
     /// Waits until no advance is between taking tasks out of the wheel and dispatching them.
