@@ -202,6 +202,18 @@ fn is_extra_config(seed: u64) -> bool {
     seed % CONFIGS >= (TICKS.len() * SIZES.len()) as u64
 }
 
+/// The wheel's running totals, field by field, against the model's own count of each event
+/// (the model is fresh per sequence, so its coverage counts are this wheel's).
+fn check_counts(c: &timing_wheel::WheelCounts, cov: &Coverage, at: &str) {
+    let want = (cov.adds, cov.fired, cov.cancelled, cov.handed_back);
+    let got = (c.added, c.fired, c.cancelled, c.handed_back);
+    assert_eq!(
+        got,
+        (want.0 as u64, want.1 as u64, want.2 as u64, want.3 as u64),
+        "{at}: counts (added, fired, cancelled, handed back)"
+    );
+}
+
 /// What the sequences exercised, summed over a test: each test asserts it reached every case it
 /// claims to cover, so a generator that quietly stopped producing one fails the test.
 #[derive(Debug, Default)]
@@ -536,6 +548,7 @@ impl WheelModel {
     fn check(&self, rng: &mut Rng, step: usize, at: &str) {
         assert_eq!(self.wheel.len(), self.pending.len(), "{at}: len");
         assert_eq!(self.wheel.is_empty(), self.pending.is_empty(), "{at}");
+        check_counts(&self.wheel.counts(), &self.cov, at);
         let next = self.wheel.next_expiration();
         check_expiry(self.r, &self.pending, self.current, next, at);
         assert!(
@@ -875,6 +888,7 @@ impl ConcurrentModel {
     fn check(&self, rng: &mut Rng, step: usize, at: &str) {
         assert_eq!(self.wheel.len(), self.pending.len(), "{at}: len");
         assert_eq!(self.wheel.is_empty(), self.pending.is_empty(), "{at}");
+        check_counts(&self.wheel.counts(), &self.cov, at);
         let next = self.wheel.next_expiration();
         check_expiry(self.r, &self.pending, self.current, next, at);
         if step % 4 == 0 {
@@ -927,6 +941,7 @@ impl ConcurrentModel {
             "{at}: close kept {} entries",
             self.pending.len()
         );
+        check_counts(&self.wheel.counts(), &self.cov, at);
         for (h, end) in &self.ended {
             check_ended(h, *end, at);
         }
