@@ -38,7 +38,7 @@ use std::fmt;
 use system_timer::{SystemTimer, TimerKey};
 
 use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use crate::sync::{thread_hint, Arc, Mutex, MutexGuard};
+use crate::sync::{thread_hint, Arc, InCallbacks, Mutex, MutexGuard};
 
 /// An operation that waits in a [`Purgatory`](crate::Purgatory) until it can complete, or until
 /// its timeout expires.
@@ -618,11 +618,16 @@ impl<Op: DelayedOperation> OpCell<Op> {
             Purger::schedule(&self.common.purger, &self.common.timer);
         }
         let mut op = st.op.take().expect("a pending operation holds its op");
+        // The callbacks (and the payload's drop) may shut the purgatory down: see
+        // `Purgatory::shutdown`, which must not join the own timer's threads from here.
+        let callbacks = InCallbacks::enter();
         op.on_complete();
         if how == How::Expired {
             op.on_expiration();
         }
-        // `op` (the payload) is dropped here: completion releases it at once.
+        // Completion releases the payload at once.
+        drop(op);
+        drop(callbacks);
     }
 
     /// Under the op lock, without completing the operation: if it is armed, takes its timer key

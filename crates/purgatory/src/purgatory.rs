@@ -715,8 +715,9 @@ where
     /// running). Idempotent; dropping the purgatory calls it.
     ///
     /// It may be called (or the purgatory dropped) from an operation's `on_complete` or
-    /// `on_expiration`: that operation has completed, and the own timer then finishes its
-    /// shutdown on a thread of its own (see [`SystemTimer::shutdown`]).
+    /// `on_expiration` (or the drop of its payload), on any thread: that operation has
+    /// completed, and the own timer then finishes its shutdown on a thread of its own once the
+    /// callbacks return (see [`SystemTimer::shutdown_in_background`]).
     pub fn shutdown(&self) -> Vec<Op> {
         let inner = &self.inner;
         if inner.closed.swap(true, Ordering::AcqRel) {
@@ -737,7 +738,14 @@ where
         if inner.own_timer {
             // Its remaining tasks are expiries of operations handed back above (now no-ops)
             // and purges: dropping them is right.
-            drop(inner.common.timer.shutdown());
+            if crate::sync::in_callbacks() {
+                // From an operation's `on_complete` (or `on_expiration`, or its drop), under its
+                // lock: a timer thread may be running that operation's expiry, which started
+                // before it completed and waits for the lock. Joining it here would deadlock.
+                inner.common.timer.shutdown_in_background();
+            } else {
+                drop(inner.common.timer.shutdown());
+            }
         }
         out
     }

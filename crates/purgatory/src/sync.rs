@@ -47,6 +47,39 @@ mod imp {
             h.get()
         })
     }
+
+    thread_local! {
+        /// How many operations' completion callbacks (`on_complete`, `on_expiration`, the
+        /// payload's drop) this thread is running, nested.
+        static IN_CALLBACKS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+
+    /// While alive, marks the calling thread as running an operation's completion callbacks
+    /// (under its op lock): see [`in_callbacks`].
+    pub(crate) struct InCallbacks(());
+
+    impl InCallbacks {
+        #[inline]
+        pub(crate) fn enter() -> Self {
+            IN_CALLBACKS.with(|n| n.set(n.get() + 1));
+            InCallbacks(())
+        }
+    }
+
+    impl Drop for InCallbacks {
+        #[inline]
+        fn drop(&mut self) {
+            // `try_with`: a payload dropped during thread-local destruction.
+            let _ = IN_CALLBACKS.try_with(|n| n.set(n.get() - 1));
+        }
+    }
+
+    /// True while this thread runs an operation's completion callbacks, so holds its op lock:
+    /// a thread of the timer may be waiting for that lock (an expiry of the same operation that
+    /// started before it completed), and must not be joined from here.
+    pub(crate) fn in_callbacks() -> bool {
+        IN_CALLBACKS.try_with(|n| n.get() > 0).unwrap_or(false)
+    }
 }
 
 #[cfg(loom)]
@@ -78,6 +111,19 @@ mod imp {
     /// Under loom there is one counter stripe.
     pub(crate) fn thread_hint() -> usize {
         0
+    }
+
+    /// Under loom the timer has no threads to join: nothing to mark.
+    pub(crate) struct InCallbacks(());
+
+    impl InCallbacks {
+        pub(crate) fn enter() -> Self {
+            InCallbacks(())
+        }
+    }
+
+    pub(crate) fn in_callbacks() -> bool {
+        false
     }
 }
 

@@ -298,3 +298,85 @@ fn a_check_runs_operation_code_with_no_watch_list_lock_held() {
         "the follow-up alone on 'k', armed"
     );
 }
+
+/// An operation whose `try_complete`, once `race` is set (the check's call, under its lock), lets
+/// its own timeout come due and waits until the own timer's thread has started its expiry (which
+/// then blocks on the operation's lock), then says ready; its `on_complete` shuts the purgatory
+/// down.
+struct RacedStopper {
+    race: Arc<std::sync::atomic::AtomicBool>,
+    clock: ManualClock,
+    timer: Arc<system_timer::SystemTimer>,
+    p: Arc<OnceLock<Weak<Purgatory<&'static str, RacedStopper>>>>,
+    returned: Arc<Mutex<Option<usize>>>,
+}
+
+impl DelayedOperation for RacedStopper {
+    fn try_complete(&mut self) -> bool {
+        if !self.race.load(std::sync::atomic::Ordering::SeqCst) {
+            return false;
+        }
+        self.clock.advance(Duration::from_millis(5));
+        while self.timer.stats().fired == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // The expiry has started: it found the operation pending and waits for its lock.
+        std::thread::sleep(Duration::from_millis(100));
+        true
+    }
+    fn on_complete(&mut self) {
+        let p = self.p.get().and_then(Weak::upgrade).expect("alive");
+        *self.returned.lock().unwrap() = Some(p.shutdown().len());
+    }
+}
+
+/// `on_complete` of an operation completed by a check on a caller's thread shuts the purgatory
+/// down while the own timer's thread (the reaper in inline mode, an executor otherwise) runs
+/// that operation's expiry, blocked on the operation's lock (which the check holds). The
+/// shutdown must not wait for that thread before the lock is released. Before, it joined it: a
+/// deadlock between the check (in the join) and the expiry (waiting for the lock).
+#[test]
+fn shutdown_from_on_complete_while_the_expiry_waits_for_the_lock_does_not_deadlock() {
+    for expiry_threads in [0, 1] {
+        let (checked, returned, stats, timer) =
+            within_20s(&format!("expiry_threads({expiry_threads})"), move || {
+                let clock = ManualClock::new(0);
+                let p: Arc<Purgatory<&'static str, RacedStopper>> = Arc::new(
+                    Purgatory::builder()
+                        .clock(clock.clone())
+                        .expiry_threads(expiry_threads)
+                        .build(),
+                );
+                let slot = Arc::new(OnceLock::new());
+                slot.set(Arc::downgrade(&p)).unwrap();
+                let (race, returned) = (Arc::default(), Arc::new(Mutex::new(None)));
+                let op = RacedStopper {
+                    race: Arc::clone(&race),
+                    clock: clock.clone(),
+                    timer: Arc::clone(p.timer()),
+                    p: slot,
+                    returned: Arc::clone(&returned),
+                };
+                let w = p
+                    .try_complete_else_watch(op, Duration::from_millis(5), &["k"])
+                    .unwrap();
+                assert!(!w.completed);
+                race.store(true, std::sync::atomic::Ordering::SeqCst);
+                let checked = p.check_and_complete(&"k");
+                let returned = returned.lock().unwrap().take();
+                (checked, returned, p.stats(), Arc::clone(p.timer()))
+            });
+        assert_eq!(
+            checked, 1,
+            "the check completed it (expiry_threads {expiry_threads})"
+        );
+        assert_eq!(returned, Some(0));
+        assert_eq!((stats.completed, stats.expired), (1, 0));
+        assert!(timer.is_shutdown(), "the own timer is shut down");
+        assert_eq!(
+            timer.stats().fired,
+            1,
+            "the expiry ran, and found it completed"
+        );
+    }
+}

@@ -824,6 +824,28 @@ impl<T: TimerTask> SystemTimer<T> {
         inner.finish_shutdown()
     }
 
+    /// [`shutdown`](Self::shutdown) as it runs from inside one of the timer's tasks, from any
+    /// thread: stops the timer (later `add`s fail with [`ScheduleError::Shutdown`]) and returns
+    /// at once, without waiting for the reaper, the executors or a task in flight; a
+    /// short-lived thread (`<name>-shutdown`) finishes the shutdown (joins the threads once
+    /// their tasks have returned) and drops the tasks `shutdown` would have returned. For a
+    /// caller that holds something a running task may be waiting for (a purgatory's operation
+    /// lock, say), which a joining shutdown would deadlock with. Idempotent, and a no-op after
+    /// `shutdown`.
+    pub fn shutdown_in_background(&self) {
+        let inner = &self.inner;
+        if inner.stopping.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        #[cfg(not(loom))]
+        {
+            let threads = std::mem::take(&mut *self.threads.lock());
+            crate::reaper::shutdown_elsewhere(Arc::clone(inner), threads);
+        }
+        #[cfg(loom)]
+        drop(inner.finish_shutdown());
+    }
+
     /// Panics if an invariant of the wheel or the counters is broken (for tests and models).
     #[doc(hidden)]
     pub fn check_invariants(&self) {
