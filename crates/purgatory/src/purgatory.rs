@@ -202,6 +202,11 @@ where
     /// shutdown and never advanced again, is never freed. (With a reaper, such an expiry may
     /// hold the timer's last reference when it runs: the timer then shuts down on a thread of
     /// its own once the expiry returns; see [`SystemTimer::shutdown`].)
+    ///
+    /// The timer must outlive this purgatory's use of it: if its owner shuts it down first
+    /// (another purgatory's own timer, taken from [`Purgatory::timer`], is shut down with that
+    /// purgatory), this purgatory's armed operations never expire; they stay in
+    /// [`delayed`](Purgatory::delayed) until completed, or until its own shutdown hands them back.
     pub fn timer(mut self, timer: Arc<SystemTimer>) -> Self {
         self.timer = Some(timer);
         self
@@ -677,7 +682,8 @@ where
         common.timer.advance() + usize::from(common.purger.run_scheduled())
     }
 
-    /// The timer the purgatory uses.
+    /// The timer the purgatory uses. An own timer is shut down with the purgatory: share it
+    /// with another purgatory only if this one outlives it (see [`Builder::timer`]).
     pub fn timer(&self) -> &Arc<SystemTimer> {
         &self.inner.common.timer
     }
