@@ -531,7 +531,10 @@ impl<T: TimerTask> SystemTimer<T> {
     /// Schedules `task` at an absolute deadline: `deadline` after the clock's epoch (compare
     /// [`now`](Self::now)). A deadline in the past is due at once: dispatched from this thread
     /// if the timer's last advance already reached it, else run by the next advance (the
-    /// reaper is woken for it). A deadline past the clock's range (`Duration::MAX`) never fires.
+    /// reaper is woken for it). A deadline past the clock's range (`Duration::MAX`) never fires;
+    /// so does one within the wheel's last tick before the end of that range (`u64::MAX` ns),
+    /// unless the clock has already reached it when the task is added (only a manual clock
+    /// gets there).
     ///
     /// # Errors
     ///
