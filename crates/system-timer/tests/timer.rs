@@ -994,3 +994,100 @@ fn keyed_cancels_racing_fires_have_one_outcome_each() {
     timer.check_invariants();
     assert!(timer.is_empty());
 }
+
+/// Dropping a handle does not cancel its task (fire-and-forget): the task stays pending, is
+/// counted by `len()`, and runs when due.
+///
+/// Catches: a `Drop` on `TimerHandle` that cancels (the task would never run, `len()` would
+/// drop to 0 at once and `cancelled` would count it).
+#[test]
+fn dropping_a_handle_does_not_cancel_its_task() {
+    let clock = ManualClock::new(0);
+    let timer = manual(&clock, 20);
+    let log = Log::default();
+    let h = timer.add(5 * MS, log.task(&clock, 1)).unwrap();
+    drop(h);
+    assert_eq!(timer.len(), 1, "still pending after its handle was dropped");
+    clock.advance(5 * MS);
+    assert_eq!(timer.advance(), 1);
+    assert_eq!(log.runs(1), [5_000_000]);
+    let st = timer.stats();
+    assert_eq!(
+        (st.scheduled, st.fired, st.cancelled, st.pending),
+        (1, 1, 0, 0)
+    );
+}
+
+/// The counters a user reads: scheduled, fired, cancelled, pending, the buckets in the expiry
+/// queue, the levels, and the lateness distribution, all exact on the manual clock. A task due
+/// at 10 ms that a runner picks up at 13 ms is 3 ms late.
+///
+/// Catches: `queued_buckets` or the lateness not reported (zero), lateness measured from the
+/// bucket's or the advance's time rather than from the task's own deadline.
+#[test]
+fn stats_report_queued_buckets_levels_and_lateness_on_the_manual_clock() {
+    let clock = ManualClock::new(0);
+    let timer = manual(&clock, 20);
+    let log = Log::default();
+    timer.add(10 * MS, log.task(&clock, 1)).unwrap();
+    timer.add(10 * MS, log.task(&clock, 2)).unwrap();
+    timer.add(12 * MS, log.task(&clock, 3)).unwrap();
+    let c = timer.add(15 * MS, log.task(&clock, 4)).unwrap();
+    timer.add(100 * MS, log.task(&clock, 5)).unwrap(); // level 1 (span 20 ms)
+    let st = timer.stats();
+    assert_eq!(st.queued_buckets, 4, "10, 12, 15 ms and one level-1 bucket");
+    assert_eq!(st.levels, 2);
+    assert_eq!((st.scheduled, st.pending, st.lateness.count), (5, 5, 0));
+    assert!(c.cancel());
+    assert_eq!(
+        timer.stats().queued_buckets,
+        4,
+        "an emptied bucket stays queued"
+    );
+    clock.advance(13 * MS);
+    assert_eq!(timer.advance(), 3);
+    let st = timer.stats();
+    assert_eq!(
+        (st.fired, st.cancelled, st.pending, st.queued_buckets),
+        (3, 1, 1, 2),
+        "{st:?}"
+    );
+    let l = st.lateness;
+    assert_eq!(l.count, 3);
+    assert_eq!(l.max_ns, 3_000_000, "{l:?}");
+    assert_eq!(l.mean_ns, (3_000_000 + 3_000_000 + 1_000_000) / 3, "{l:?}");
+    // Percentiles are bucket upper bounds within 12.5 %, never above the maximum.
+    assert!((2_625_000..=3_000_000).contains(&l.p50_ns), "{l:?}");
+    assert!((2_625_000..=3_000_000).contains(&l.p99_ns), "{l:?}");
+}
+
+/// The executor runs on one thread by default (`executor_threads` defaults to 1): a default
+/// timer starts exactly one `<name>-executor-<i>` thread. Linux only (reads `/proc`).
+#[cfg(target_os = "linux")]
+#[test]
+fn the_default_executor_is_one_thread() {
+    let executors = || {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .filter(|comm| comm.starts_with("dflt1x-executor"))
+            .count()
+    };
+    let timer: SystemTimer = SystemTimer::builder()
+        .clock(ManualClock::new(0))
+        .name("dflt1x")
+        .reaper(false)
+        .build();
+    let (tx, rx) = std::sync::mpsc::channel();
+    timer
+        .add(Duration::ZERO, move || {
+            tx.send(std::thread::current().name().map(str::to_owned))
+                .unwrap();
+        })
+        .unwrap();
+    let ran_on = rx.recv_timeout(Duration::from_secs(20)).expect("never ran");
+    assert_eq!(ran_on.as_deref(), Some("dflt1x-executor-0"));
+    assert_eq!(executors(), 1);
+    drop(timer);
+    assert_eq!(executors(), 0, "no thread outlives the timer");
+}
