@@ -1136,3 +1136,132 @@ fn with_the_busy_grace_operations_expire_without_new_operations() {
     assert_eq!(p.delayed(), 0);
     assert_eq!(p.timer().stats().caller_advances, 0);
 }
+
+/// The purge interval defaults to 1000 (DESIGN.md, Kafka's `purgeInterval`): on a purgatory
+/// built with the defaults and driven by hand, operations completed one by one by checks
+/// schedule no purge before the 1000th completion, and one by the 1500th (the completions are
+/// counted in per-thread batches, documented to lag by less than half the interval); the
+/// advance after it runs the purge.
+///
+/// Catches: another default (a purge before the 1000th completion, or none by the 1500th).
+#[test]
+fn the_default_purge_interval_is_1000() {
+    let clock = ManualClock::new(0);
+    let p = manual(&clock);
+    let probes: Vec<Probe> = (0..1_600).map(|_| Probe::default()).collect();
+    watch_all(&p, &probes, LONG, &["a", "b"]);
+    let mut first_purge = None;
+    for (i, probe) in probes[..1_500].iter().enumerate() {
+        probe.set_ready();
+        assert_eq!(p.check_and_complete(&"a"), 1);
+        p.advance();
+        if p.stats().purges > 0 {
+            first_purge = Some(i + 1);
+            break;
+        }
+    }
+    let n = first_purge.expect("no purge after 1500 completions");
+    assert!(n >= 1_000, "a purge after only {n} completions");
+    assert_eq!(
+        p.stats().keys,
+        2,
+        "the purge keeps the keys with pending operations"
+    );
+    assert_eq!(
+        p.watched(),
+        2 * (1_600 - n),
+        "the sweep left only the pending entries on each key"
+    );
+    p.check_invariants();
+}
+
+/// An empty key set is a programmer error refused with the operation, and it leaves nothing
+/// half-registered: no watch entry, no key, no timer entry, no count; the purgatory stays
+/// usable and the next operation is watched, armed and completed as usual.
+///
+/// Catches: a refusal after the timer was armed or the operation counted (a timer entry that
+/// later expires an operation the caller got back, or a `delayed()` that never drops).
+#[test]
+fn an_empty_key_set_registers_nothing_and_leaves_the_purgatory_usable() {
+    let clock = ManualClock::new(0);
+    let p = manual(&clock);
+    let refused = Probe::default();
+    for _ in 0..3 {
+        match p.try_complete_else_watch(refused.op(), MS, &[]) {
+            Err(WatchError::NoKeys(op)) => drop(op),
+            other => panic!("expected NoKeys, got {other:?}"),
+        }
+    }
+    assert!(refused.events().is_empty(), "a refused op is untouched");
+    let st = p.stats();
+    assert_eq!(
+        (
+            st.accepted,
+            st.completed,
+            st.handed_back,
+            st.delayed,
+            st.watched,
+            st.keys
+        ),
+        (0, 0, 0, 0, 0, 0),
+        "{st:?}"
+    );
+    assert_eq!(p.timer().len(), 0, "nothing armed");
+    clock.advance(10 * MS);
+    assert_eq!(p.advance(), 0, "nothing to expire");
+    assert!(refused.events().is_empty());
+    let probe = Probe::default();
+    let w = p.try_complete_else_watch(probe.op(), LONG, &["a"]).unwrap();
+    assert_eq!((p.watched(), p.delayed()), (1, 1));
+    probe.set_ready();
+    assert_eq!(p.check_and_complete(&"a"), 1);
+    assert!(w.handle.is_completed());
+    assert_eq!((p.watched(), p.delayed(), p.timer().len()), (0, 0, 0));
+    p.check_invariants();
+}
+
+/// Completed operations do not pin memory, whichever path completes them: by force, by expiry
+/// or by a check of one key, an operation still watched on another key has its payload dropped
+/// at completion, though the caller still holds its handle (and no purge ran).
+///
+/// Catches: a payload kept alive by the handle or by the other key's watch list until a purge
+/// (KAFKA-19389), on any of the three paths.
+#[test]
+fn a_completed_operation_releases_its_payload_at_once_on_every_path() {
+    #[derive(Clone, Copy, Debug)]
+    enum Path {
+        Force,
+        Expiry,
+        Check,
+    }
+    for path in [Path::Force, Path::Expiry, Path::Check] {
+        let clock = ManualClock::new(0);
+        let p = manual(&clock);
+        let probe = Probe::default();
+        let drops = Arc::new(AtomicUsize::new(0));
+        let mut op = probe.op();
+        op._payload = Some(Payload(drops.clone(), vec![0u8; 1 << 20]));
+        let w = p.try_complete_else_watch(op, 5 * MS, &["A", "B"]).unwrap();
+        assert_eq!(drops.load(SeqCst), 0, "{path:?}");
+        match path {
+            Path::Force => assert!(w.handle.force_complete()),
+            Path::Expiry => {
+                clock.advance(5 * MS);
+                assert_eq!(p.advance(), 1);
+            }
+            Path::Check => {
+                probe.set_ready();
+                assert_eq!(p.check_and_complete(&"A"), 1);
+            }
+        }
+        assert!(w.handle.is_completed(), "{path:?}");
+        assert_eq!(
+            drops.load(SeqCst),
+            1,
+            "{path:?}: payload still alive after completion"
+        );
+        assert!(w.handle.with(|_| ()).is_none(), "{path:?}");
+        assert_eq!(p.stats().purges, 0, "{path:?}: no purge happened");
+        assert_eq!(p.delayed(), 0, "{path:?}");
+    }
+}
