@@ -842,25 +842,28 @@ pub fn run_once(args: &Args) -> Report {
     // Wakes the completer once its next request is due (CompleterWake::Generator).
     let completer_thread = completer.thread().clone();
     let completer_tick_ns = args.completer_tick_us * 1_000;
+    // Wakes the completer if it still sleeps: claims the due time it published, so one waker
+    // per sleep.
+    let wake = || {
+        if shared.completer_due_ns.swap(u64::MAX, AcqRel) != u64::MAX {
+            completer_thread.unpark();
+        }
+    };
     // Sends a batch, and wakes the completer if it sleeps towards a later time than (a tick
     // after) the batch's earliest due time (see `Shared::completer_due_ns`).
     let send = |batch: Batch, batch_due: u64| {
         let _ = tx.send(batch);
         fence(SeqCst);
         let target = shared.completer_due_ns.load(SeqCst);
-        if target != u64::MAX
-            && batch_due.saturating_add(completer_tick_ns) < target
-            && shared.completer_due_ns.swap(u64::MAX, AcqRel) != u64::MAX
-        {
-            completer_thread.unpark();
+        if target != u64::MAX && batch_due.saturating_add(completer_tick_ns) < target {
+            wake();
         }
     };
     let nudge = |now_ns: u64| {
         if args.completer_wake == CompleterWake::Generator
             && now_ns >= shared.completer_due_ns.load(Acquire)
-            && shared.completer_due_ns.swap(u64::MAX, AcqRel) != u64::MAX
         {
-            completer_thread.unpark();
+            wake();
         }
     };
     for i in 0..n {

@@ -210,21 +210,24 @@ impl Probe {
         extra: &[&str],
         parse: impl FnOnce(&str) -> Option<T>,
     ) -> Result<T, String> {
-        let cmd = self.command(sub);
+        let cmd = self
+            .command(sub)
+            .map_err(|e| format!("{sub}: this program's path: {e}"))?;
         self.run_command(cmd, sub, extra, parse)
     }
 
     /// [`run`](Self::run) with the command given.
     fn run_command<T>(
         &self,
-        cmd: std::io::Result<Command>,
+        mut cmd: Command,
         sub: &str,
         extra: &[&str],
         parse: impl FnOnce(&str) -> Option<T>,
     ) -> Result<T, String> {
         let what = format!("{sub} on {} (N = {})", self.r#impl, self.n);
         let out = cmd
-            .and_then(|mut cmd| cmd.args(extra).output())
+            .args(extra)
+            .output()
             .map_err(|e| format!("{what}: could not run the child process: {e}"))?;
         let stdout = String::from_utf8_lossy(&out.stdout);
         match out.status.success().then(|| parse(&stdout)).flatten() {
@@ -379,26 +382,20 @@ mod tests {
     #[test]
     fn a_failed_or_unparsable_probe_is_an_error() {
         let p = probe();
-        let failed = p.run_command(
-            Ok(p.command_of("false", "rss-probe")),
-            "rss-probe",
-            &[],
-            |_| Some(0u64),
-        );
+        let failed = p.run_command(p.command_of("false", "rss-probe"), "rss-probe", &[], |_| {
+            Some(0u64)
+        });
         let e = failed.unwrap_err();
         assert!(e.contains("rss-probe on wheel (N = 10) failed"), "{e}");
         // `echo` succeeds and prints its arguments: not a number.
-        let unparsable = p.run_command(
-            Ok(p.command_of("echo", "rss-probe")),
-            "rss-probe",
-            &[],
-            |s| s.trim().parse::<u64>().ok(),
-        );
+        let unparsable = p.run_command(p.command_of("echo", "rss-probe"), "rss-probe", &[], |s| {
+            s.trim().parse::<u64>().ok()
+        });
         assert!(unparsable
             .unwrap_err()
             .contains("failed in its child process"));
         let missing = p.run_command(
-            Ok(p.command_of("/nonexistent/kafka-timer", "rss-probe")),
+            p.command_of("/nonexistent/kafka-timer", "rss-probe"),
             "rss-probe",
             &[],
             |_| Some(0u64),
@@ -413,7 +410,7 @@ mod tests {
     fn a_probe_that_succeeds_returns_its_parsed_output() {
         let p = probe();
         let got = p.run_command(
-            Ok(p.command_of("echo", "churn-probe")),
+            p.command_of("echo", "churn-probe"),
             "churn-probe",
             &["--warm"],
             |s| Some(s.trim().to_owned()),

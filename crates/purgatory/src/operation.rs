@@ -617,17 +617,16 @@ impl<Op: DelayedOperation> OpCell<Op> {
         if self.common.completion(armed, st.watched, how) {
             Purger::schedule(&self.common.purger, &self.common.timer);
         }
-        let mut op = st.op.take().expect("a pending operation holds its op");
         // The callbacks (and the payload's drop) may shut the purgatory down: see
-        // `Purgatory::shutdown`, which must not join the own timer's threads from here.
-        let callbacks = InCallbacks::enter();
+        // `Purgatory::shutdown`, which must not join the own timer's threads from here. Declared
+        // before `op`, so dropped after it.
+        let _callbacks = InCallbacks::enter();
+        let mut op = st.op.take().expect("a pending operation holds its op");
         op.on_complete();
         if how == How::Expired {
             op.on_expiration();
         }
-        // Completion releases the payload at once.
-        drop(op);
-        drop(callbacks);
+        // `op` (the payload) is dropped here, then `_callbacks`: completion releases it at once.
     }
 
     /// Under the op lock, without completing the operation: if it is armed, takes its timer key

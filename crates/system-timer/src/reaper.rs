@@ -307,14 +307,11 @@ pub(crate) fn shutdown_elsewhere<T: TimerTask>(inner: Arc<Inner<T>>, threads: Th
             drop(inner.finish_shutdown(threads));
         }
     };
-    #[cfg(test)]
-    let spawned = if tests::FAIL_SHUTDOWN_SPAWN.with(std::cell::Cell::get) {
+    let spawned = if spawn_refused_by_test() {
         Err(std::io::Error::other("spawn refused (test)"))
     } else {
         spawn_named(name, finish)
     };
-    #[cfg(not(test))]
-    let spawned = spawn_named(name, finish);
     if spawned.is_err() {
         let taken = slot.lock().take();
         if let Some((inner, threads)) = taken {
@@ -327,6 +324,18 @@ pub(crate) fn shutdown_elsewhere<T: TimerTask>(inner: Arc<Inner<T>>, threads: Th
             drop(dropped);
         }
     }
+}
+
+/// Tests make this thread's `shutdown_elsewhere` find its thread unspawnable.
+#[cfg(test)]
+fn spawn_refused_by_test() -> bool {
+    tests::FAIL_SHUTDOWN_SPAWN.with(std::cell::Cell::get)
+}
+
+#[cfg(not(test))]
+#[inline(always)]
+fn spawn_refused_by_test() -> bool {
+    false
 }
 
 thread_local! {
@@ -542,7 +551,8 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use crate::{ManualClock, SystemTimer};
+    use crate::timer::tests::inline_manual;
+    use crate::ManualClock;
 
     thread_local! {
         /// Makes this thread's next `shutdown_elsewhere` find its thread unspawnable.
@@ -564,13 +574,7 @@ mod tests {
     #[test]
     fn a_deferred_shutdown_that_cannot_spawn_still_closes_the_timer() {
         let clock = ManualClock::new(0);
-        let timer = Arc::new(
-            SystemTimer::builder()
-                .clock(clock.clone())
-                .reaper(false)
-                .inline()
-                .build(),
-        );
+        let timer = Arc::new(inline_manual(&clock));
         let (drops, ran) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
         let weak = Arc::downgrade(&timer);
         timer

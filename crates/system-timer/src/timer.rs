@@ -810,21 +810,7 @@ impl<T: TimerTask> SystemTimer<T> {
     /// returned. Call it from elsewhere to get them back.
     #[doc(alias = "close")]
     pub fn shutdown(&self) -> Vec<T> {
-        let inner = &self.inner;
-        if inner.stopping.swap(true, Ordering::AcqRel) {
-            return Vec::new();
-        }
-        #[cfg(not(loom))]
-        {
-            let threads = std::mem::take(&mut *self.threads.lock());
-            if threads.runs_here() || crate::reaper::RunsInline::here(inner.id) {
-                crate::reaper::shutdown_elsewhere(Arc::clone(inner), threads);
-                return Vec::new();
-            }
-            inner.finish_shutdown(threads)
-        }
-        #[cfg(loom)]
-        inner.finish_shutdown()
+        self.stop(false)
     }
 
     /// [`shutdown`](Self::shutdown) as it runs from inside one of the timer's tasks, from any
@@ -836,17 +822,31 @@ impl<T: TimerTask> SystemTimer<T> {
     /// lock, say), which a joining shutdown would deadlock with. Idempotent, and a no-op after
     /// `shutdown`.
     pub fn shutdown_in_background(&self) {
+        drop(self.stop(true));
+    }
+
+    /// Both shutdowns: the first call stops the timer. It finishes the shutdown on a thread of
+    /// its own when asked to (`background`) or when it must (called from one of the timer's
+    /// threads, or from a task run inline here), else here.
+    fn stop(&self, background: bool) -> Vec<T> {
         let inner = &self.inner;
         if inner.stopping.swap(true, Ordering::AcqRel) {
-            return;
+            return Vec::new();
         }
         #[cfg(not(loom))]
         {
             let threads = std::mem::take(&mut *self.threads.lock());
-            crate::reaper::shutdown_elsewhere(Arc::clone(inner), threads);
+            if background || threads.runs_here() || crate::reaper::RunsInline::here(inner.id) {
+                crate::reaper::shutdown_elsewhere(Arc::clone(inner), threads);
+                return Vec::new();
+            }
+            inner.finish_shutdown(threads)
         }
         #[cfg(loom)]
-        drop(inner.finish_shutdown());
+        {
+            let _ = background;
+            inner.finish_shutdown()
+        }
     }
 
     /// Panics if an invariant of the wheel or the counters is broken (for tests and models).
@@ -1310,14 +1310,15 @@ impl<T: TimerTask> Inner<T> {
 
 #[cfg(all(test, not(loom)))]
 #[allow(clippy::disallowed_types)] // tests use std's locks freely
-mod tests {
+pub(crate) mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
     use std::sync::{Arc, Mutex as StdMutex};
     use std::time::Duration;
 
     use crate::{ManualClock, SystemTimer};
 
-    fn inline_manual(clock: &ManualClock) -> SystemTimer {
+    /// A timer on `clock`, no reaper, tasks run by whoever advances it.
+    pub(crate) fn inline_manual(clock: &ManualClock) -> SystemTimer {
         SystemTimer::builder()
             .clock(clock.clone())
             .reaper(false)
