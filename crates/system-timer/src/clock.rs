@@ -79,7 +79,9 @@ pub(crate) fn deadline_after(base: u64, delay: Duration) -> Option<u64> {
 /// counter time by the bound; about 20 µs in truth), and adds the cycles since the anchor times
 /// an *upper bound* of the nanoseconds per cycle, plus 1 µs for instruction reordering. The bound
 /// comes from a calibration against the monotonic clock over the process's first 10 ms (readings
-/// bracketed by counter reads, so that their errors can only raise it), widened by 60%: the
+/// bracketed by counter reads, so that their errors can only raise it; an interval the system
+/// was suspended in, when the counter may run on while the monotonic clock stops, is thrown
+/// away and the calibration starts again), widened by 60%: the
 /// monotonic clock is slewed (NTP, chrony), and the kernel lets it run up to about 23% fast or
 /// slow (tick ±10%, frequency ±500 ppm, phase-lock correction up to 12.5%), so a calibration
 /// taken while it ran slowest can later be 1.6 times too low. The reading is then at most about
@@ -262,6 +264,7 @@ mod fast {
     use super::duration_ns;
     #[cfg(test)]
     use super::tests;
+    use crate::sync::Mutex;
 
     /// Refresh an anchor from the real clock when it is older than this, by the upper bound
     /// (so at most this old in truth; `1 + MARGIN_PPM / 10^6` times younger without slewing).
@@ -283,6 +286,17 @@ mod fast {
     /// between them).
     const BRACKET_CYCLES: u64 = 20_000;
 
+    /// A boot-clock offset read over a longer real interval than this is read again (see
+    /// `boot_ahead`).
+    const BOOT_READ_NS: u64 = 5_000;
+
+    /// A boot-clock offset that moved by more than this between the calibration's points means
+    /// the system was suspended in between (the offset moves at no other time; two readings of
+    /// it differ by at most `BOOT_READ_NS` otherwise). A shorter suspend that slipped through
+    /// would add at most this much counter time (plus `BOOT_READ_NS`) to the 10 ms interval:
+    /// 0.15%, within the 1.2% that `MARGIN_PPM` keeps above the slewing.
+    const SUSPEND_NS: u64 = 2 * BOOT_READ_NS;
+
     /// How often (by the real clock, at a refresh) the kernel's clock source is read again.
     const RECHECK_NS: u64 = 1_000_000_000;
 
@@ -296,8 +310,8 @@ mod fast {
         withdrawn: AtomicBool,
         /// When (ns after `base`) a refresh next reads the kernel's clock source again.
         next_check_ns: AtomicU64,
-        /// The first tightly bracketed reading: counter after it, and the reading.
-        start: OnceLock<(u64, u64)>,
+        /// The calibration's first point (counter after its reading), until calibrated.
+        start: Mutex<Option<Point>>,
         /// Upper bound of ns per counter unit, 32.32 fixed point; 0 until calibrated.
         mult: AtomicU64,
         /// Counter units in `MAX_AGE_NS` by the upper bound (so at most that long in truth).
@@ -316,18 +330,21 @@ mod fast {
         SOURCE.get_or_init(|| {
             let base = Instant::now();
             let counter = counter_trusted().then(quanta::Clock::new);
-            let start = OnceLock::new();
-            if let Some(c) = &counter {
-                if let Some((_, m, after)) = bracket(c, base) {
-                    let _ = start.set((after, m));
-                }
-            }
+            let start = counter.as_ref().and_then(|c| {
+                let boot_ahead = boot_ahead(base)?;
+                let (_, m, after) = bracket(c, base)?;
+                Some(Point {
+                    counter: after,
+                    m,
+                    boot_ahead,
+                })
+            });
             Source {
                 base,
                 counter,
                 withdrawn: AtomicBool::new(false),
                 next_check_ns: AtomicU64::new(RECHECK_NS),
-                start,
+                start: Mutex::new(start),
                 mult: AtomicU64::new(0),
                 max_age: AtomicU64::new(0),
             }
@@ -405,6 +422,33 @@ mod fast {
         duration_ns(Instant::now().saturating_duration_since(base))
     }
 
+    /// How far `CLOCK_BOOTTIME` is ahead of the monotonic clock (ns after `base`), to within
+    /// `BOOT_READ_NS` above: a constant until the system resumes from a suspend, when it grows
+    /// by the time suspended. `None` if every try was preempted or the clock cannot be read
+    /// (then no calibration: the real clock is read).
+    fn boot_ahead(base: Instant) -> Option<u64> {
+        (0..8).find_map(|_| {
+            let m = real(base);
+            let boot = boot_ns()?;
+            (real(base).saturating_sub(m) <= BOOT_READ_NS).then(|| boot.saturating_sub(m))
+        })
+    }
+
+    /// `CLOCK_BOOTTIME` in ns (the monotonic clock plus the time spent suspended).
+    #[cfg(target_os = "linux")]
+    fn boot_ns() -> Option<u64> {
+        let t = rustix::time::clock_gettime_dynamic(rustix::time::DynamicClockId::Boottime).ok()?;
+        let secs = u64::try_from(t.tv_sec).ok()?;
+        let nanos = u64::try_from(t.tv_nsec).ok()?;
+        Some(secs.saturating_mul(1_000_000_000).saturating_add(nanos))
+    }
+
+    /// No boot clock here (nor a trusted counter: see `counter_trusted`).
+    #[cfg(not(target_os = "linux"))]
+    fn boot_ns() -> Option<u64> {
+        None
+    }
+
     /// An upper bound of the monotonic clock now, in ns after the base.
     #[inline(always)]
     pub(super) fn upper_ns() -> u64 {
@@ -433,41 +477,107 @@ mod fast {
         if src.withdrawn.load(Ordering::Acquire) {
             return real(src.base);
         }
+        // While calibrating, the boot clock's offset is read on both sides of the reading, so
+        // that a suspend on either side of it shows.
+        let boot_before = if src.mult.load(Ordering::Relaxed) == 0 {
+            boot_ahead(src.base)
+        } else {
+            None
+        };
         let Some((before, m, after)) = bracket(counter, src.base) else {
             return real(src.base);
         };
         recheck(src, m);
         ANCHOR.set((before, m));
-        if src.mult.load(Ordering::Relaxed) == 0 {
-            match src.start.get() {
-                Some(&start) => calibrate(src, start, before, m),
-                None => {
-                    let _ = src.start.set((after, m));
-                }
-            }
+        if let Some(boot_before) = boot_before {
+            calibrate(src, boot_before, (before, m, after));
         }
         m
     }
 
-    /// Sets `mult` and `max_age` from the first tight reading (`start`: counter after it, the
-    /// reading) and this one (counter `before` read before the reading `m`), once they are
-    /// `CALIBRATION_NS` apart.
-    fn calibrate(src: &Source, (start_after, start_m): (u64, u64), before: u64, m: u64) {
-        let elapsed = m.saturating_sub(start_m);
-        if elapsed < CALIBRATION_NS || before <= start_after {
-            return;
+    /// A calibration point: a real reading `m`, a counter value read on the right side of it
+    /// (after it for the first point, before it for the last), and how far `CLOCK_BOOTTIME` was
+    /// ahead of the monotonic clock then.
+    #[derive(Clone, Copy, Debug)]
+    pub(super) struct Point {
+        pub(super) counter: u64,
+        pub(super) m: u64,
+        pub(super) boot_ahead: u64,
+    }
+
+    /// What a calibration makes of its first point and a later one.
+    #[derive(Debug, PartialEq, Eq)]
+    pub(super) enum Calibration {
+        /// Not yet (too close together, or no usable interval): keep the first point.
+        Wait,
+        /// The interval cannot be trusted: start again from the later point.
+        Restart,
+        /// An upper bound of the ns per counter unit, 32.32 fixed point.
+        Bound(u64),
+    }
+
+    /// The calibration from the first point `start` (counter read after its reading) and the
+    /// later point `end` (counter read before its reading), once they are `CALIBRATION_NS`
+    /// apart: the clock interval over the counter interval, rounded up and widened by
+    /// `MARGIN_PPM`. An interval with a suspend in it (the boot clock got further ahead) is
+    /// thrown away: the counter may run on while the monotonic clock stands still, so the
+    /// quotient would be far below the clock's rate.
+    pub(super) fn calibration(start: Point, end: Point) -> Calibration {
+        if end.boot_ahead.abs_diff(start.boot_ahead) > SUSPEND_NS {
+            return Calibration::Restart;
         }
-        let cycles = u128::from(before - start_after);
+        let elapsed = end.m.saturating_sub(start.m);
+        if elapsed < CALIBRATION_NS || end.counter <= start.counter {
+            return Calibration::Wait;
+        }
+        let cycles = u128::from(end.counter - start.counter);
         // ns per cycle, rounded up, widened by the margin: an upper bound.
         let mult = ((u128::from(elapsed) << 32).div_ceil(cycles)
             * u128::from(1_000_000 + MARGIN_PPM))
         .div_ceil(1_000_000);
-        let Ok(mult) = u64::try_from(mult) else {
-            return; // a counter slower than 1 tick per 4 s: keep reading the real clock
+        match u64::try_from(mult) {
+            Ok(mult) if mult > 0 => Calibration::Bound(mult),
+            // a counter slower than 1 tick per 4 s: keep reading the real clock
+            _ => Calibration::Wait,
+        }
+    }
+
+    /// Sets `mult` and `max_age` from the first point and this reading (counter `before` it,
+    /// the reading `m`, counter `after` it; the boot clock's offset `boot_before` read before
+    /// them) once `calibration` gives a bound; makes this reading the first point if there is
+    /// none yet or the interval is not to be trusted. A reading with a suspend next to it (the
+    /// offset moved) is not used.
+    fn calibrate(src: &Source, boot_before: u64, (before, m, after): (u64, u64, u64)) {
+        let Some(boot_after) = boot_ahead(src.base) else {
+            return;
         };
-        if mult == 0 {
+        if boot_after.abs_diff(boot_before) > SUSPEND_NS {
             return;
         }
+        // As the last point, the offset after; as the first, the offset before.
+        let here = Point {
+            counter: before,
+            m,
+            boot_ahead: boot_after,
+        };
+        let mut start = src.start.lock();
+        let decision = match *start {
+            Some(first) => calibration(first, here),
+            None => Calibration::Restart,
+        };
+        let mult = match decision {
+            Calibration::Wait => return,
+            Calibration::Restart => {
+                *start = Some(Point {
+                    counter: after,
+                    m,
+                    boot_ahead: boot_before,
+                });
+                return;
+            }
+            Calibration::Bound(mult) => mult,
+        };
+        drop(start);
         let max_age =
             u64::try_from((u128::from(MAX_AGE_NS) << 32) / u128::from(mult)).unwrap_or(u64::MAX);
         // The first calibration wins; `max_age` is published after `mult` (Release), and readers
@@ -697,6 +807,45 @@ mod tests {
         assert!(
             worst_late_ns < crate::reaper::HELP_MARGIN_NS as f64,
             "{worst_late_ns}"
+        );
+    }
+
+    /// The system suspends between the calibration's two points: the counter runs on (an
+    /// invariant TSC), the monotonic clock stops, and `CLOCK_BOOTTIME` takes the time slept.
+    /// The interval is thrown away, not turned into a bound.
+    ///
+    /// Catches: a calibration that divided 10 ms of monotonic time by an hour of cycles, a bound
+    /// 360,000 times too low: anchors then lived for up to seconds of counter time instead of
+    /// 32 µs, and deadline bases came out early by nearly that much.
+    #[test]
+    fn a_calibration_across_a_suspend_is_restarted() {
+        use fast::{calibration, Calibration, Point};
+        const GHZ: u64 = 3; // counter units per ns
+        let hour_ns = 3_600_000_000_000;
+        let start = Point {
+            counter: 1_000,
+            m: 5_000_000,
+            boot_ahead: 7,
+        };
+        // 10 ms of monotonic time, an hour asleep in the middle.
+        let end = Point {
+            counter: start.counter + (10_000_000 + hour_ns) * GHZ,
+            m: start.m + 10_000_000,
+            boot_ahead: start.boot_ahead + hour_ns,
+        };
+        assert_eq!(calibration(start, end), Calibration::Restart);
+        // Without the suspend: a bound of at least the true ns per unit (1/3), widened.
+        let awake = Point {
+            counter: start.counter + 10_000_000 * GHZ,
+            boot_ahead: start.boot_ahead,
+            ..end
+        };
+        let Calibration::Bound(mult) = calibration(start, awake) else {
+            panic!("no bound from a clean interval");
+        };
+        assert!(
+            u128::from(mult) * u128::from(GHZ)
+                >= (u128::from(1_000_000 + fast::MARGIN_PPM) << 32) / 1_000_000
         );
     }
 
