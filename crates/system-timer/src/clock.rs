@@ -389,8 +389,11 @@ mod fast {
             return;
         }
         if !counter_trusted() {
-            src.withdrawn.store(true, Ordering::Release);
-            src.max_age.store(0, Ordering::Release);
+            // SeqCst, with the calibration's store of `max_age` and load of `withdrawn`: a
+            // store followed by a load of another variable on each side, which weaker orders
+            // (and x86's store buffer) let both sides miss, leaving a withdrawn counter in use.
+            src.withdrawn.store(true, Ordering::SeqCst);
+            src.max_age.store(0, Ordering::SeqCst);
         }
     }
 
@@ -587,10 +590,10 @@ mod fast {
             .compare_exchange(0, mult, Ordering::Relaxed, Ordering::Relaxed)
             .is_ok()
         {
-            src.max_age.store(max_age, Ordering::Release);
-            // A withdrawal that raced this calibration wins.
-            if src.withdrawn.load(Ordering::Acquire) {
-                src.max_age.store(0, Ordering::Release);
+            // A withdrawal that raced this calibration wins (SeqCst: see `recheck`).
+            src.max_age.store(max_age, Ordering::SeqCst);
+            if src.withdrawn.load(Ordering::SeqCst) {
+                src.max_age.store(0, Ordering::SeqCst);
             }
         }
     }
