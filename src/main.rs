@@ -8,7 +8,7 @@ use kafka_timer::churn::{
     self, ChurnFigures, ConcurrentWheelTarget, DelayQueueTarget, HeapTarget, KeyedTimerTarget,
     TimerTarget, TypedTimerTarget, WheelTarget,
 };
-use kafka_timer::measure::machine_line;
+use kafka_timer::measure::{at_least_1, machine_line};
 
 /// With no subcommand: W4, the purgatory load generator (Kafka's TestPurgatoryPerformance shape),
 /// at the low-timeout operating point and 100,000 requests/s unless flags say otherwise.
@@ -104,13 +104,13 @@ impl Probe {
 #[derive(clap::Args, Debug, Clone)]
 struct W1Args {
     /// Tasks to add.
-    #[arg(long, default_value_t = 1_000_000)]
+    #[arg(long, default_value_t = 1_000_000, value_parser = at_least_1())]
     n: usize,
     /// Delay range in ms (delay = 1 + rand % range).
     #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
     range_ms: u64,
     /// Runs per implementation (the table shows medians).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = at_least_1())]
     runs: usize,
     /// Implementations, comma separated.
     #[arg(long, value_delimiter = ',', default_values_t = churn::IMPLS.iter().map(|s| s.to_string()))]
@@ -403,6 +403,33 @@ mod tests {
         assert!(missing
             .unwrap_err()
             .contains("could not run the child process"));
+    }
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("kafka-timer").chain(args.iter().copied()))
+    }
+
+    /// A zero task count or run count measured nothing, yet printed figures for it (W1 and W1x2
+    /// divided by `max(1)`, W2 passed its check on no task, `--runs 0` claimed medians of 0
+    /// runs): the parser refuses them, as W5 does.
+    #[test]
+    fn zero_tasks_or_runs_are_refused() {
+        for args in [
+            &["w1", "--n", "0"][..],
+            &["w1", "--runs", "0"],
+            &["w1x2", "--n", "0"],
+            &["w1x2", "--runs", "0"],
+            &["w2", "--n", "0"],
+        ] {
+            assert!(parse(args).is_err(), "{args:?} accepted");
+        }
+        for args in [
+            &["w1", "--n", "1", "--runs", "1"][..],
+            &["w1x2", "--n", "1", "--runs", "1"],
+            &["w2", "--n", "1"],
+        ] {
+            assert!(parse(args).is_ok(), "{args:?} refused");
+        }
     }
 
     /// A child that succeeds hands its parsed output back, extra flags included.

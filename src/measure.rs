@@ -193,6 +193,12 @@ pub fn wake_cost(period: Duration, count: u32) -> (f64, Duration) {
     .expect("wake-cost thread")
 }
 
+/// The parser of a count flag that must be at least 1 (a task count, a run count): zero would
+/// measure nothing and still print figures.
+pub fn at_least_1() -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::new().range(1..)
+}
+
 /// The median of a list of samples (the mean of the middle two for an even count).
 pub fn median(xs: &[f64]) -> f64 {
     let mut v = xs.to_vec();

@@ -19,7 +19,7 @@ use crate::churn::{
     self, ChurnFigures, ChurnTarget, ConcurrentWheelTarget, DelayQueueTarget, FromId, HeapTarget,
     IdTask, KeyedTimerTarget, TimerTarget, TypedTimerTarget,
 };
-use crate::measure::{machine_line, median, process_cpu_ns};
+use crate::measure::{at_least_1, machine_line, median, process_cpu_ns};
 
 /// The implementations W1x2 knows, by name.
 pub const IMPLS: &[&str] = &[
@@ -44,13 +44,13 @@ pub enum Split {
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
     /// Tasks to add over both threads (N/2 each).
-    #[arg(long, default_value_t = 1_000_000)]
+    #[arg(long, default_value_t = 1_000_000, value_parser = at_least_1())]
     pub n: usize,
     /// Delay range in ms (delay = 1 + rand % range).
     #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub range_ms: u64,
     /// Runs per implementation, each a W1 run and a W1x2 run (the table shows medians).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = at_least_1())]
     pub runs: usize,
     /// Which tasks each thread takes.
     #[arg(long, value_enum, default_value_t = Split::Interleaved)]
