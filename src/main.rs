@@ -43,10 +43,10 @@ enum Cmd {
     /// workload whose threads wake once per tick).
     WakeCost {
         /// Sleep length, µs.
-        #[arg(long, default_value_t = 1000)]
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
         period_us: u64,
         /// Sleeps.
-        #[arg(long, default_value_t = 2000)]
+        #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..))]
         count: u32,
     },
     /// Internal: W1 on one implementation, in a process of its own; prints the median figures.
@@ -430,6 +430,19 @@ mod tests {
         ] {
             assert!(parse(args).is_ok(), "{args:?} refused");
         }
+    }
+
+    /// `wake-cost --count 0` timed no sleep and `--period-us 0` a sleep that returns at once
+    /// (no wake-up): both printed "0.0 us of CPU per sleep-and-wake" and exited 0.
+    #[test]
+    fn wake_cost_refuses_no_sleep() {
+        for args in [
+            &["wake-cost", "--count", "0"][..],
+            &["wake-cost", "--period-us", "0"],
+        ] {
+            assert!(parse(args).is_err(), "{args:?} accepted");
+        }
+        assert!(parse(&["wake-cost", "--period-us", "1", "--count", "1"]).is_ok());
     }
 
     /// A child that succeeds hands its parsed output back, extra flags included.
