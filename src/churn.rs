@@ -130,6 +130,16 @@ pub fn time_chunked<S, K>(
     total
 }
 
+/// The longest delay range the workloads accept, ms (about 116 days): tokio-util's
+/// `DelayQueue`, a baseline everywhere, refuses (panics on) a deadline 2^36 ms or more after
+/// its creation.
+pub const MAX_RANGE_MS: u64 = 10_000_000_000;
+
+/// The parser of `--range-ms`: 1 to [`MAX_RANGE_MS`].
+pub fn range_ms() -> clap::builder::RangedU64ValueParser<u64> {
+    clap::builder::RangedU64ValueParser::new().range(1..=MAX_RANGE_MS)
+}
+
 /// The delays of W1/W5: `1 + (rand_i % range_ms)`.
 pub fn delays(n: usize, range_ms: u64) -> Vec<u64> {
     let mut rng = SplitMix64::new(42);
@@ -547,6 +557,23 @@ mod tests {
         );
         assert_eq!(scale_ratio_label(&[10_000, 20_000]), "20000/10^4");
         assert_eq!(scale_ratio_label(&[1_000_000, 1000]), "10^3/10^6");
+    }
+
+    /// The longest delay the workloads accept is one every target takes, warmed up too (the
+    /// delay queue counts a deadline from its creation).
+    #[test]
+    fn every_target_takes_the_longest_delay() {
+        let d = [MAX_RANGE_MS, 1, MAX_RANGE_MS];
+        fn check<C: ChurnTarget>(mut t: C, d: &[u64]) {
+            t.warm_up(d);
+            run_once(&mut t, d);
+        }
+        check(WheelTarget::new(), &d);
+        check(ConcurrentWheelTarget::new(), &d);
+        check(HeapTarget::default(), &d);
+        check(TimerTarget::new(), &d);
+        check(KeyedTimerTarget::new(), &d);
+        check(DelayQueueTarget::new(), &d);
     }
 
     #[test]

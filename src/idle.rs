@@ -33,7 +33,7 @@ pub struct Args {
     /// Length of the idle stretch, in seconds.
     #[arg(long, default_value_t = 10.0)]
     pub seconds: f64,
-    /// Delay of the one task (seconds); it must not fall due during the run.
+    /// Delay of the one task (seconds, at most 10^7); it must not fall due during the run.
     #[arg(long, default_value_t = 60)]
     pub delay_s: u64,
     /// Time to settle between the add and the idle stretch (ms).
@@ -194,6 +194,10 @@ fn validate(a: &Args) -> Result<(), String> {
     if !(a.seconds > 0.0 && a.seconds <= 1e6) {
         return Err("need 0 < --seconds <= 1000000".into());
     }
+    let longest_s = crate::churn::MAX_RANGE_MS / 1000;
+    if a.delay_s > longest_s {
+        return Err(format!("need --delay-s <= {longest_s}"));
+    }
     let busy_s = a.seconds + a.settle_ms as f64 / 1000.0;
     if a.delay_s as f64 <= busy_s {
         return Err(format!(
@@ -290,6 +294,18 @@ mod tests {
                 "{seconds}"
             );
         }
+        // Beyond what the implementations take: the heap's deadline overflowed `Instant` and
+        // the delay queue refused it, both with a panic.
+        assert!(validate(&Args {
+            delay_s: u64::MAX,
+            ..ok.clone()
+        })
+        .is_err());
+        assert!(validate(&Args {
+            delay_s: crate::churn::MAX_RANGE_MS / 1000,
+            ..ok.clone()
+        })
+        .is_ok());
         // The task would fall due during the idle stretch.
         assert!(validate(&Args {
             delay_s: 10,

@@ -75,7 +75,7 @@ struct Probe {
     r#impl: String,
     #[arg(long)]
     n: usize,
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_parser = churn::range_ms())]
     range_ms: u64,
 }
 
@@ -106,8 +106,8 @@ struct W1Args {
     /// Tasks to add.
     #[arg(long, default_value_t = 1_000_000, value_parser = at_least_1())]
     n: usize,
-    /// Delay range in ms (delay = 1 + rand % range).
-    #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
+    /// Delay range in ms (delay = 1 + rand % range), at most 10^10.
+    #[arg(long, default_value_t = 30_000, value_parser = churn::range_ms())]
     range_ms: u64,
     /// Runs per implementation (the table shows medians).
     #[arg(long, default_value_t = 3, value_parser = at_least_1())]
@@ -443,6 +443,18 @@ mod tests {
             assert!(parse(args).is_err(), "{args:?} accepted");
         }
         assert!(parse(&["wake-cost", "--period-us", "1", "--count", "1"]).is_ok());
+    }
+
+    /// A delay range beyond what tokio-util's `DelayQueue` takes (2^36 ms, about 795 days) made
+    /// the `delay-queue` baseline panic ("invalid deadline") mid-table: refused up front.
+    #[test]
+    fn delay_ranges_beyond_the_baselines_are_refused() {
+        let too_long = (churn::MAX_RANGE_MS + 1).to_string();
+        let longest = churn::MAX_RANGE_MS.to_string();
+        for sub in ["w1", "w1x2", "w2"] {
+            assert!(parse(&[sub, "--range-ms", &too_long]).is_err(), "{sub}");
+            assert!(parse(&[sub, "--range-ms", &longest]).is_ok(), "{sub}");
+        }
     }
 
     /// A child that succeeds hands its parsed output back, extra flags included.

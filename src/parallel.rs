@@ -46,8 +46,8 @@ pub struct Args {
     /// Tasks to add over both threads (N/2 each).
     #[arg(long, default_value_t = 1_000_000, value_parser = at_least_1())]
     pub n: usize,
-    /// Delay range in ms (delay = 1 + rand % range).
-    #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
+    /// Delay range in ms (delay = 1 + rand % range), at most 10^10.
+    #[arg(long, default_value_t = 30_000, value_parser = churn::range_ms())]
     pub range_ms: u64,
     /// Runs per implementation, each a W1 run and a W1x2 run (the table shows medians).
     #[arg(long, default_value_t = 3, value_parser = at_least_1())]

@@ -41,8 +41,8 @@ pub struct Args {
     /// Tasks to add.
     #[arg(long, default_value_t = 100_000, value_parser = crate::measure::at_least_1())]
     pub n: usize,
-    /// Delay range in ms (delay = 1 + rand % range).
-    #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(1..))]
+    /// Delay range in ms (delay = 1 + rand % range), at most 10^10.
+    #[arg(long, default_value_t = 2_000, value_parser = crate::churn::range_ms())]
     pub range_ms: u64,
     /// After the last fire, wait this long for duplicate fires before shutting down (ms).
     #[arg(long, default_value_t = 200)]
