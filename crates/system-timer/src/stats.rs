@@ -11,10 +11,10 @@ const SUB: usize = 1 << SUB_BITS;
 const BUCKETS: usize = SUB + (64 - SUB_BITS as usize) * SUB;
 
 /// A log-linear histogram of nanosecond values with atomic buckets: recording is one relaxed
-/// `fetch_add` on a bucket (plus the count, sum and max), and any thread can read it.
+/// `fetch_add` on a bucket (plus the sum, and the max when it grows), and any thread can read
+/// it. The count is the buckets' sum.
 pub(crate) struct Histogram {
     buckets: Box<[AtomicU64]>,
-    count: AtomicU64,
     /// The low 64 bits of the sum of the values recorded.
     sum: AtomicU64,
     /// The carries out of `sum` (its high 64 bits): a sum of nanoseconds passes `u64::MAX` in
@@ -27,7 +27,6 @@ impl Histogram {
     pub(crate) fn new() -> Self {
         Histogram {
             buckets: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
-            count: AtomicU64::new(0),
             sum: AtomicU64::new(0),
             sum_hi: AtomicU64::new(0),
             max: AtomicU64::new(0),
@@ -58,7 +57,6 @@ impl Histogram {
     #[inline]
     pub(crate) fn record(&self, v: u64) {
         self.buckets[Self::index(v)].fetch_add(1, Ordering::Relaxed);
-        self.count.fetch_add(1, Ordering::Relaxed);
         if self
             .sum
             .fetch_add(v, Ordering::Relaxed)
@@ -67,7 +65,10 @@ impl Histogram {
         {
             self.sum_hi.fetch_add(1, Ordering::Relaxed);
         }
-        self.max.fetch_max(v, Ordering::Relaxed);
+        // The max only grows: a value at or below a reading of it needs no read-modify-write.
+        if v > self.max.load(Ordering::Relaxed) {
+            self.max.fetch_max(v, Ordering::Relaxed);
+        }
     }
 
     pub(crate) fn snapshot(&self) -> Lateness {
