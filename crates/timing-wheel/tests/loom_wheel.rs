@@ -355,3 +355,44 @@ fn close_races_add() {
         wheel.lock().check_invariants();
     });
 }
+
+/// Another thread asks a handle what became of its entry while the handle's owner cancels it
+/// and an advance reaches its deadline. The answers are taken under the shard lock, so they
+/// must agree with what happened: an entry the advance did not fire is never reported fired
+/// (not even between the cancel's unlink and its marking the handle cancelled), and one it
+/// fired is never reported cancelled.
+#[test]
+fn handle_queries_race_cancel() {
+    loom::model(|| {
+        let wheel = Arc::new(ConcurrentWheel::with_shards(TICK, SIZE, 0, 1).unwrap());
+        let handle = Arc::new(wheel.add(2, token(1)).unwrap().handle);
+
+        let observer = {
+            let (wheel, handle) = (Arc::clone(&wheel), Arc::clone(&handle));
+            thread::spawn(move || {
+                assert!(
+                    !handle.is_fired(),
+                    "reported fired before any advance (pending {}, cancelled {})",
+                    handle.is_pending(),
+                    handle.is_cancelled()
+                );
+                let mut log = FiredLog::new();
+                let n = advance_logged(&wheel, 2, &mut log);
+                assert_eq!(n, log.len());
+                // Whichever won, it won before this advance released the lock.
+                assert_eq!(handle.is_fired(), n == 1, "is_fired after {log:?}");
+                assert_eq!(handle.is_cancelled(), n == 0, "is_cancelled after {log:?}");
+                assert!(!handle.is_pending());
+                n
+            })
+        };
+        let cancelled = handle.cancel();
+        let fired = observer.join().unwrap();
+
+        assert_eq!(usize::from(cancelled.is_some()) + fired, 1);
+        assert_eq!(handle.is_cancelled(), cancelled.is_some());
+        assert_eq!(handle.is_fired(), fired == 1);
+        assert_eq!(wheel.len(), 0);
+        wheel.lock().check_invariants();
+    });
+}
