@@ -396,3 +396,51 @@ fn handle_queries_race_cancel() {
         wheel.lock().check_invariants();
     });
 }
+
+/// Two write sides at once on a two-shard wheel: a close races an advance. Each takes every
+/// shard lock, so they must take them in one global order (a thread-dependent order deadlocks),
+/// and each sees the other's work whole: either the advance fires both shards' entries and the
+/// close hands back nothing, or the close hands back both and the advance fires nothing.
+#[test]
+fn close_races_advance_on_two_shards() {
+    loom::model(|| {
+        let wheel = Arc::new(ConcurrentWheel::with_shards(TICK, SIZE, 0, 2).unwrap());
+        let a = wheel.add_on_shard(0, 2, token(0)).unwrap().handle;
+        let b = wheel.add_on_shard(1, 2, token(1)).unwrap().handle;
+
+        let closer = {
+            let wheel = Arc::clone(&wheel);
+            thread::spawn(move || {
+                let mut back = Vec::new();
+                let mut guard = wheel.lock();
+                let n = guard.close(|f: Fired<Token>| back.push(*f.value));
+                assert_eq!(n, back.len());
+                guard.check_invariants();
+                back
+            })
+        };
+        let mut fired = Vec::new();
+        {
+            let mut guard = wheel.lock();
+            let n = guard.advance(2, |f: Fired<Token>| fired.push(*f.value));
+            assert_eq!(n, fired.len());
+            guard.check_invariants();
+        }
+        let mut back = closer.join().unwrap();
+
+        fired.sort_unstable();
+        back.sort_unstable();
+        assert!(
+            (fired == [0, 1] && back.is_empty()) || (fired.is_empty() && back == [0, 1]),
+            "fired {fired:?}, handed back {back:?}"
+        );
+        for h in [&a, &b] {
+            assert_eq!(h.is_fired(), !fired.is_empty());
+            assert_eq!(h.is_handed_back(), !back.is_empty());
+            assert!(!h.is_pending() && !h.is_cancelled());
+        }
+        assert_eq!(wheel.len(), 0);
+        assert_eq!(wheel.queued_buckets(), 0);
+        wheel.lock().check_invariants();
+    });
+}
