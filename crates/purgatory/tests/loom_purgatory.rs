@@ -1014,3 +1014,59 @@ fn purge_scheduling_races_a_completion_and_the_sweep() {
         }
     });
 }
+
+/// `shutdown` races a check that completes the op: the op (ready, watched on `K`) is either
+/// completed by the check (`on_complete` once; shutdown finds it completed and hands nothing
+/// back) or handed back by shutdown (never completed; the check then finds the key drained, or
+/// the op handed back). Never both: shutdown's drain must re-check `completed` under the op
+/// lock, since the check may complete the op between shutdown's unlocked look and its lock.
+#[test]
+fn shutdown_races_check() {
+    const OUTCOMES: &[&str] = &["completed by the check", "handed back by shutdown"];
+    model(OUTCOMES, || {
+        let clock = ManualClock::new(0);
+        let log = Log::new();
+        let p = Arc::new(purgatory(&clock));
+        let probe = Probe::new(1, &log);
+        let w = p.try_complete_else_watch(probe.op(), LONG, &[K]).unwrap();
+        assert!(!w.completed);
+        probe.set_ready();
+
+        let checker = {
+            let p = Arc::clone(&p);
+            thread::spawn(move || p.check_and_complete(&K))
+        };
+        let returned = p.shutdown();
+        let checked = checker.join().unwrap();
+
+        let ev = log.of(1);
+        assert_eq!(
+            checked + returned.len(),
+            1,
+            "exactly one of check / shutdown takes the op (checked {checked}, handed back {}): \
+             {ev:?}",
+            returned.len()
+        );
+        assert_eq!(log.completes(1), checked, "{ev:?}");
+        assert_eq!(log.expires(1), 0, "{ev:?}");
+        for op in &returned {
+            assert!(!op.completed, "handed back after on_complete");
+        }
+        assert!(w.handle.is_completed() && !w.handle.force_complete());
+        let st = p.stats();
+        assert_eq!(
+            (st.completed, st.handed_back),
+            (checked as u64, returned.len() as u64)
+        );
+        assert_eq!(p.delayed(), 0, "delayed() counts an operation that is gone");
+        assert_eq!(p.timer().len(), 0, "the timer still holds an entry");
+        assert_eq!(p.watched(), 0, "shutdown drained the watch lists");
+        drop(returned);
+        p.check_invariants();
+        if checked == 1 {
+            OUTCOMES[0]
+        } else {
+            OUTCOMES[1]
+        }
+    });
+}
