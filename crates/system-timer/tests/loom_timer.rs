@@ -25,10 +25,11 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
+use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use loom::sync::{Arc, Mutex};
 use loom::thread;
 use system_timer::{
-    Builder, ManualClock, ScheduleError, SystemTimer, TimerHandle, TimerKey, TimerTask,
+    Builder, ManualClock, ScheduleError, SystemTimer, Task, TimerHandle, TimerKey, TimerTask,
 };
 
 const MS: Duration = Duration::from_millis(1);
@@ -715,5 +716,77 @@ fn loom_md_skeleton_cancel_races_overflow_flush_and_expiry() {
         assert_eq!(fired, ran);
         assert_eq!(timer.len(), 0, "no entry left in any bucket");
         timer.check_invariants();
+    });
+}
+
+/// A task run by an advance calls back into its timer (it cancels task B by key) while main
+/// cancels B too. Exactly one cancel wins and B never runs. Tasks run with none of the wheel's
+/// locks held (the ground rules of `timer.rs`): an advance that ran its tasks before releasing
+/// the wheel's locks would deadlock here (the task's cancel takes B's shard lock, which the
+/// advance holds), and loom reports it.
+#[test]
+fn a_running_task_cancels_another_racing_a_cancel() {
+    const OUTCOMES: &[&str] = &["the running task's cancel won", "main's cancel won"];
+    model(OUTCOMES, || {
+        let clock = ManualClock::new(0);
+        let timer: Arc<SystemTimer> = Arc::new(
+            Builder::<Task>::new()
+                .tick(MS)
+                .wheel_size(4)
+                .clock(clock.clone())
+                .shards(1)
+                .reaper(false)
+                .inline()
+                .build(),
+        );
+        let b_runs = Arc::new(AtomicUsize::new(0));
+        let b = {
+            let b_runs = Arc::clone(&b_runs);
+            timer
+                .add_keyed(10 * MS, move || {
+                    b_runs.fetch_add(1, SeqCst);
+                })
+                .unwrap()
+        };
+        let task_won = Arc::new(AtomicBool::new(false));
+        let a = {
+            let (t, won) = (Arc::clone(&timer), Arc::clone(&task_won));
+            timer
+                .add(2 * MS, move || won.store(t.cancel(b), SeqCst))
+                .unwrap()
+        };
+
+        let reaper = {
+            let (timer, clock) = (Arc::clone(&timer), clock.clone());
+            thread::spawn(move || {
+                set_clock(&clock, 2);
+                timer.advance_to(clock.now_ms())
+            })
+        };
+        let main_won = timer.cancel(b);
+        let ran = reaper.join().unwrap();
+
+        let task_won = task_won.load(SeqCst);
+        assert_eq!(ran, 1, "the advance ran task A");
+        assert!(a.is_fired());
+        assert_eq!(
+            usize::from(task_won) + usize::from(main_won),
+            1,
+            "exactly one cancel wins (task {task_won}, main {main_won})"
+        );
+        set_clock(&clock, 20);
+        assert_eq!(
+            timer.advance_to(clock.now_ms()),
+            0,
+            "B ran after a cancel won"
+        );
+        assert_eq!(b_runs.load(SeqCst), 0);
+        assert_eq!(timer.len(), 0);
+        timer.check_invariants();
+        if task_won {
+            OUTCOMES[0]
+        } else {
+            OUTCOMES[1]
+        }
     });
 }
