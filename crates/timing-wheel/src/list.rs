@@ -34,12 +34,22 @@
 //!   "in transit": still `PENDING`, linked to nothing but their chain successor. No user code
 //!   unwinds through a chain in transit: the wheel calls the user's callbacks through
 //!   `unwind::Deferred`, which catches a panic and raises it again once every node is placed.
-//! * [`Arena::unlink`] checks with a real `assert!` (not only in debug builds) that the node's
-//!   links are not `NIL`: if a caller ever broke the rule above, a stale link would panic
-//!   rather than be followed out of bounds.
+//! * Every node access checks its index against the arena's length with a real check (not only
+//!   in debug builds; its panic out of line, so it costs no measurable time), so the `unsafe`
+//!   rests on this module's own invariants, never on a caller's index arithmetic: a bad index
+//!   panics. [`Arena::unlink`] also checks with a real `assert!` that the node's links are not
+//!   `NIL`. A caller that broke the rule above (unlinking a node in the middle of a chain in
+//!   transit, whose links are stale but not `NIL`) would corrupt the lists' order, not memory.
 
 use std::fmt;
 use std::mem::MaybeUninit;
+
+/// The panic of an index past the arena's nodes (out of line: the check is on every access).
+#[cold]
+#[inline(never)]
+fn out_of_bounds(i: u32, len: u32) -> ! {
+    panic!("node index {i} out of bounds ({len})")
+}
 
 /// "No node": the end of a detached chain, or the links of an unlinked node.
 pub(crate) const NIL: u32 = u32::MAX;
@@ -134,9 +144,13 @@ impl<T> Arena<T> {
     /// [`Arena::is_pending`] (which checks `index < len`). Debug builds assert it on every access.
     #[inline(always)]
     fn node(&self, i: u32) -> &Node<T> {
-        debug_assert!(i < self.len, "node index {i} out of bounds ({})", self.len);
+        // A real check, not a debug one: the `unsafe` below must not rest on every caller's
+        // index arithmetic (one compare, always true, so a branch the CPU predicts).
+        if i >= self.len {
+            out_of_bounds(i, self.len);
+        }
         let (p, o) = ((i >> PAGE_BITS) as usize, (i & PAGE_MASK) as usize);
-        // SAFETY: `i < self.len` (see above), and nodes `0..len` are exactly the initialised
+        // SAFETY: `i < self.len` (checked above), and nodes `0..len` are exactly the initialised
         // elements of the pages, which fill in order: so page `p = i / PAGE_SIZE` exists.
         let page = unsafe { self.pages.get_unchecked(p) };
         // SAFETY: page `p` holds nodes `p * PAGE_SIZE ..` up to `len` (only the last page is
@@ -146,9 +160,12 @@ impl<T> Arena<T> {
 
     #[inline(always)]
     fn node_mut(&mut self, i: u32) -> &mut Node<T> {
-        debug_assert!(i < self.len, "node index {i} out of bounds ({})", self.len);
+        // A real check: see `node`.
+        if i >= self.len {
+            out_of_bounds(i, self.len);
+        }
         let (p, o) = ((i >> PAGE_BITS) as usize, (i & PAGE_MASK) as usize);
-        // SAFETY: as in `node`: `i < len`, so page `p` exists.
+        // SAFETY: as in `node`: `i < len` (checked above), so page `p` exists.
         let page = unsafe { self.pages.get_unchecked_mut(p) };
         // SAFETY: as in `node`: page `p` holds more than `o` nodes.
         unsafe { page.get_unchecked_mut(o) }
@@ -667,6 +684,38 @@ mod tests {
             "a node at its last generation must not be reused"
         );
         a.check_accounting();
+    }
+
+    /// An index past the arena's nodes panics in every build, on every access path (it used to
+    /// be checked by a `debug_assert!` only, so a release build read out of bounds). The index
+    /// is inside an allocated page but past `len`, where an unchecked read finds no node.
+    #[test]
+    fn an_index_past_the_nodes_panics_in_every_build() {
+        let mut a: Arena<u32> = Arena::new();
+        let k = a.alloc(1, 1);
+        let past = k.index + 1;
+        type Read = fn(&Arena<u32>, u32);
+        let reads: [(&str, Read); 4] = [
+            ("next", |a, i| {
+                let _ = a.next(i);
+            }),
+            ("prev", |a, i| {
+                let _ = a.prev(i);
+            }),
+            ("deadline", |a, i| {
+                let _ = a.deadline(i);
+            }),
+            ("stamp", |a, i| {
+                let _ = a.stamp(i);
+            }),
+        ];
+        for (name, read) in reads {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read(&a, past)));
+            assert!(r.is_err(), "{name} of an index past the nodes returned");
+        }
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| a.unlink(past)));
+        assert!(r.is_err(), "unlink of an index past the nodes returned");
+        assert_eq!(a.release(k.index), 1);
     }
 
     #[test]
