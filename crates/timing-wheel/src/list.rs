@@ -220,7 +220,7 @@ impl<T> Arena<T> {
     /// Stores `value` in a new, unlinked `PENDING` node.
     #[inline(always)]
     pub(crate) fn alloc(&mut self, deadline: u64, value: T) -> EntryKey {
-        self.pending += 1;
+        // `pending` is counted once the node is made (a full arena's panic counts nothing).
         let index = self.free;
         if index == NIL {
             let stamp = PENDING;
@@ -231,6 +231,7 @@ impl<T> Arena<T> {
                 deadline,
                 value: MaybeUninit::new(value),
             });
+            self.pending += 1;
             return EntryKey { index, stamp };
         }
         let node = self.node_mut(index);
@@ -247,6 +248,7 @@ impl<T> Arena<T> {
         // A VACANT node's value is uninitialised; writing it makes the node PENDING.
         node.value.write(value);
         self.free = next_free;
+        self.pending += 1;
         EntryKey { index, stamp }
     }
 
@@ -379,7 +381,6 @@ impl<T> Arena<T> {
     #[inline(always)]
     pub(crate) fn release(&mut self, i: u32) -> T {
         let free = self.free;
-        self.pending -= 1;
         let node = self.node_mut(i);
         assert_eq!(
             node.stamp & STATE_MASK,
@@ -400,6 +401,8 @@ impl<T> Arena<T> {
             node.next = free;
             self.free = i;
         }
+        // Counted once the node has left PENDING (a refused release counts nothing).
+        self.pending -= 1;
         value
     }
 
@@ -716,6 +719,24 @@ mod tests {
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| a.unlink(past)));
         assert!(r.is_err(), "unlink of an index past the nodes returned");
         assert_eq!(a.release(k.index), 1);
+    }
+
+    /// A refused release (of a node that is not pending) panics and leaves the counts as they
+    /// were: it used to count the release before its check, so `pending()` drifted low.
+    #[test]
+    fn a_refused_release_counts_nothing() {
+        let mut a: Arena<u32> = Arena::new();
+        let k = a.alloc(1, 1);
+        assert_eq!(a.release(k.index), 1);
+        let k2 = a.alloc(2, 2);
+        assert_eq!(a.pending(), 1);
+        let sentinel = a.alloc_sentinels(1);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| a.release(sentinel)));
+        assert!(r.is_err(), "a sentinel was released");
+        assert_eq!(a.pending(), 1, "the refused release was counted");
+        assert_eq!(a.release(k2.index), 2);
+        assert_eq!(a.pending(), 0);
+        a.check_accounting();
     }
 
     #[test]
