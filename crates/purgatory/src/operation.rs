@@ -382,10 +382,13 @@ impl Common {
         }
     }
 
-    /// Forgets the garbage counted so far (a purge just ran). The stripes' counts since their
-    /// last flush (fewer than `flush_every` per count) are kept: they count towards the next purge.
+    /// Forgets the garbage counted so far and the checks seen (a manual purge is about to run,
+    /// as a due one does: see [`garbage_add`](Self::garbage_add)). The stripes' counts since
+    /// their last flush (fewer than `flush_every` per count) are kept: they count towards the
+    /// next purge.
     pub(crate) fn reset_garbage(&self) {
         self.garbage.store(0, Ordering::Relaxed);
+        self.checked.store(false, Ordering::Relaxed);
     }
 
     pub(crate) fn completed(&self) -> usize {

@@ -706,9 +706,9 @@ where
 
     /// Sweeps every watch list now (the purge the purgatory otherwise runs by count: the
     /// completion, by any path, that brings the watched operations completed since the last
-    /// purge to `purge_interval` (and, while no key is checked, to at least as many as are
-    /// still delayed) schedules it on the timer). Returns the number of completed entries
-    /// removed.
+    /// purge to `purge_interval` (and, while no key has been checked since the last purge, to at
+    /// least as many as are still delayed) schedules it on the timer). It counts as the last
+    /// purge for both. Returns the number of completed entries removed.
     pub fn purge(&self) -> usize {
         self.inner.common.reset_garbage();
         self.inner.common.purger.run()

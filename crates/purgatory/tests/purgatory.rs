@@ -795,6 +795,39 @@ fn without_checks_the_purge_waits_until_the_garbage_reaches_the_delayed_count() 
     p.check_invariants();
 }
 
+/// A manual `purge()` is a purge like the count-triggered one: a key checked before it no longer
+/// counts afterwards, so while no key is checked again the next purge waits for the garbage to
+/// reach the delayed operations (it used to keep the flag, and purged at the interval alone).
+#[test]
+fn a_manual_purge_forgets_the_checks_before_it() {
+    let clock = ManualClock::new(0);
+    let p = manual_purging(&clock, 10);
+    let probes: Vec<Probe> = (0..40).map(|_| Probe::default()).collect();
+    let handles: Vec<_> = probes
+        .iter()
+        .map(|probe| {
+            p.try_complete_else_watch(probe.op(), LONG, &["a", "b"])
+                .unwrap()
+                .handle
+        })
+        .collect();
+    assert_eq!(p.check_and_complete(&"a"), 0, "nothing is ready");
+    assert_eq!(p.purge(), 0, "nothing completed yet");
+    assert_eq!(p.stats().purges, 1);
+    // 12 forced, no check: past the interval (10), fewer than the 28 still delayed.
+    for h in &handles[..12] {
+        assert!(h.force_complete());
+    }
+    p.advance();
+    assert_eq!(
+        p.stats().purges,
+        1,
+        "12 completed, 28 delayed, no check since the manual purge: not due"
+    );
+    assert_eq!(p.watched(), 80, "every empty cell still listed");
+    p.check_invariants();
+}
+
 /// Operations taken back (`take`, the recovery path after `cancel_for_key`) leave empty cells
 /// on their keys, like completed ones: the hand-backs count towards the purge, so the cells and
 /// the keys they alone kept are swept, not held for ever.
