@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use purgatory::{DelayedOperation, Purgatory, ReadyHint, WatchError};
+use purgatory::{DelayedOperation, OperationHandle, Purgatory, ReadyHint, WatchError};
 use system_timer::{ManualClock, SystemTimer};
 
 const MS: Duration = Duration::from_millis(1);
@@ -153,17 +153,21 @@ fn hand_driven_timer(clock: &ManualClock) -> system_timer::Builder {
         .inline()
 }
 
-/// Watches every probe's operation on `keys` with `timeout`.
+/// Watches every probe's operation on `keys` with `timeout`; returns their handles.
 fn watch_all(
     p: &Purgatory<&'static str, Op>,
     probes: &[Probe],
     timeout: Duration,
     keys: &[&'static str],
-) {
-    for probe in probes {
-        p.try_complete_else_watch(probe.op(), timeout, keys)
-            .unwrap();
-    }
+) -> Vec<OperationHandle<Op>> {
+    probes
+        .iter()
+        .map(|probe| {
+            p.try_complete_else_watch(probe.op(), timeout, keys)
+                .unwrap()
+                .handle
+        })
+        .collect()
 }
 
 /// An operation not ready at watch time completes when it becomes ready and its key is checked;
@@ -764,14 +768,7 @@ fn without_checks_the_purge_waits_until_the_garbage_reaches_the_delayed_count() 
     let clock = ManualClock::new(0);
     let p = manual_purging(&clock, 10);
     let probes: Vec<Probe> = (0..40).map(|_| Probe::default()).collect();
-    let handles: Vec<_> = probes
-        .iter()
-        .map(|probe| {
-            p.try_complete_else_watch(probe.op(), LONG, &["a", "b"])
-                .unwrap()
-                .handle
-        })
-        .collect();
+    let handles = watch_all(&p, &probes, LONG, &["a", "b"]);
     // The completion that makes a purge due schedules it; the next advance runs it.
     let trigger = |p: &Purgatory<&str, Op>| {
         let never = Probe::default();
@@ -803,14 +800,7 @@ fn a_manual_purge_forgets_the_checks_before_it() {
     let clock = ManualClock::new(0);
     let p = manual_purging(&clock, 10);
     let probes: Vec<Probe> = (0..40).map(|_| Probe::default()).collect();
-    let handles: Vec<_> = probes
-        .iter()
-        .map(|probe| {
-            p.try_complete_else_watch(probe.op(), LONG, &["a", "b"])
-                .unwrap()
-                .handle
-        })
-        .collect();
+    let handles = watch_all(&p, &probes, LONG, &["a", "b"]);
     assert_eq!(p.check_and_complete(&"a"), 0, "nothing is ready");
     assert_eq!(p.purge(), 0, "nothing completed yet");
     assert_eq!(p.stats().purges, 1);
