@@ -373,6 +373,15 @@ impl Common {
         due
     }
 
+    /// Operations were disarmed without completing (`cancel_for_key`): fewer are delayed, so
+    /// the garbage counted so far may now make a purge due (see
+    /// [`garbage_flush`](Self::garbage_flush)); schedules it if so.
+    pub(crate) fn recheck_purge(&self) {
+        if self.garbage_add(0) {
+            Purger::schedule(&self.purger, &self.timer);
+        }
+    }
+
     /// A key is being checked (see [`garbage_flush`](Self::garbage_flush)). Writes the shared flag
     /// only when it is not set already.
     #[inline]

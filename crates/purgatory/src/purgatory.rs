@@ -656,6 +656,9 @@ where
                 cell: Arc::clone(cell),
             });
         }
+        if !out.is_empty() {
+            self.inner.common.recheck_purge();
+        }
         out
     }
 

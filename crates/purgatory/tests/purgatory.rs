@@ -792,6 +792,28 @@ fn without_checks_the_purge_waits_until_the_garbage_reaches_the_delayed_count() 
     p.check_invariants();
 }
 
+/// `cancel_for_key` disarms operations, so fewer are delayed: when the garbage then reaches the
+/// delayed count, the purge is due at once (it used to wait for the next completion).
+#[test]
+fn cancel_for_key_makes_a_purge_due_when_the_garbage_reaches_the_delayed() {
+    let clock = ManualClock::new(0);
+    let p = manual_purging(&clock, 10);
+    let probes: Vec<Probe> = (0..40).map(|_| Probe::default()).collect();
+    let handles = watch_all(&p, &probes, LONG, &["a", "b"]);
+    // 12 forced, no check: past the interval (10), fewer than the 28 still delayed.
+    for h in &handles[..12] {
+        assert!(h.force_complete());
+    }
+    p.advance();
+    assert_eq!(p.stats().purges, 0, "12 completed, 28 delayed: not due");
+    assert_eq!(p.cancel_for_key(&"b").len(), 28);
+    assert_eq!(p.delayed(), 0);
+    p.advance();
+    assert_eq!(p.stats().purges, 1, "12 completed, none delayed: due");
+    assert_eq!(p.watched(), 28, "the 12 empty cells on a swept");
+    p.check_invariants();
+}
+
 /// A manual `purge()` is a purge like the count-triggered one: a key checked before it no longer
 /// counts afterwards, so while no key is checked again the next purge waits for the garbage to
 /// reach the delayed operations (it used to keep the flag, and purged at the interval alone).
