@@ -78,17 +78,19 @@ impl Parker {
         }
     }
 
-    /// Sleeps until unparked, or for at most `timeout` if given; consumes the permit.
-    pub(crate) fn park(&self, timeout: Option<Duration>) {
+    /// Sleeps until unparked, or for at most `timeout` if given; consumes the permit. True if
+    /// it slept (false: a permit was waiting, or the timeout was zero).
+    pub(crate) fn park(&self, timeout: Option<Duration>) -> bool {
         let mut n = self.notified.lock();
-        if !*n {
+        let slept = !*n && timeout.is_none_or(|d| !d.is_zero());
+        if slept {
             match timeout {
-                Some(d) if d.is_zero() => {}
                 Some(d) => self.cv.wait_for(&mut n, d),
                 None => self.cv.wait(&mut n),
             }
         }
         *n = false;
+        slept
     }
 
     /// Sleeps until an `unpark` that came after `epoch` was read ([`epoch`](Self::epoch), taken
@@ -121,15 +123,15 @@ impl Parker {
 
     /// The reaper's sleep: [`park`](Self::park), but on the alarm when there is one, so that
     /// [`rearm`](Self::rearm) can move the wake-up time; `timeout` counts from `stamp`
-    /// ([`stamp`](Self::stamp)). Only the reaper calls it.
-    pub(crate) fn park_reaper(&self, stamp: Stamp, timeout: Option<Duration>) {
+    /// ([`stamp`](Self::stamp)). Only the reaper calls it. True if it slept, as `park`.
+    pub(crate) fn park_reaper(&self, stamp: Stamp, timeout: Option<Duration>) -> bool {
         #[cfg(target_os = "linux")]
         if let (Some(alarm), Some(stamp)) = (&self.alarm, stamp.0) {
             {
                 let mut n = self.notified.lock();
                 if *n || timeout.is_some_and(|d| d.is_zero()) {
                     *n = false;
-                    return;
+                    return false;
                 }
                 if !alarm.set(stamp, timeout) {
                     drop(n);
@@ -141,10 +143,10 @@ impl Parker {
             // granted after the wait returned is dropped too: the reaper is awake and re-reads
             // the timer's state before it sleeps again.
             *self.notified.lock() = false;
-            return;
+            return true;
         }
         let _ = stamp;
-        self.park(timeout);
+        self.park(timeout)
     }
 
     /// Grants the permit, bumps the epoch and wakes **every** sleeper on the condvar (the
@@ -460,8 +462,11 @@ fn reaper_loop<T: TimerTask>(inner: &Inner<T>) {
                 None
             }
         };
-        inner.parker.park_reaper(stamp, timeout);
-        inner.stats.wakeups.fetch_add(1, Ordering::Relaxed);
+        // Counted only after a real sleep: a pending unpark (a bucket queued while it advanced)
+        // or a zero timeout returns at once, which is no wake-up.
+        if inner.parker.park_reaper(stamp, timeout) {
+            inner.stats.wakeups.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -565,6 +570,28 @@ mod tests {
     impl Drop for Dropped {
         fn drop(&mut self) {
             self.0.fetch_add(1, SeqCst);
+        }
+    }
+
+    /// A park that finds a permit waiting, or is given no time, returns at once and says it did
+    /// not sleep (the reaper counts a wake-up only after a real sleep: it used to count every
+    /// return, so `reaper_wakeups` ran high under load); one that waits says it slept. With and
+    /// without the alarm (the reaper's timerfd when it has a grace).
+    #[test]
+    fn a_park_that_does_not_sleep_says_so() {
+        for alarm in [false, true] {
+            let parker = super::Parker::new(alarm);
+            parker.unpark();
+            assert!(!parker.park_reaper(parker.stamp(), None), "permit waiting");
+            assert!(!parker.park_reaper(parker.stamp(), Some(Duration::ZERO)));
+            assert!(parker.park_reaper(parker.stamp(), Some(Duration::from_millis(1))));
+            parker.unpark();
+            assert!(
+                !parker.park(Some(Duration::from_secs(60))),
+                "permit waiting"
+            );
+            assert!(!parker.park(Some(Duration::ZERO)));
+            assert!(parker.park(Some(Duration::from_millis(1))));
         }
     }
 

@@ -1301,7 +1301,7 @@ impl<T: TimerTask> Inner<T> {
     fn wait_idle(&self) {
         while self.running.load(Ordering::Acquire) != 0 {
             #[cfg(not(loom))]
-            self.parker.park(Some(Duration::from_millis(1)));
+            let _ = self.parker.park(Some(Duration::from_millis(1)));
             #[cfg(loom)]
             crate::sync::hint::spin_loop();
         }
