@@ -373,11 +373,12 @@ impl Common {
         due
     }
 
-    /// Operations were disarmed without completing (`cancel_for_key`): fewer are delayed, so
-    /// the garbage counted so far may now make a purge due (see
-    /// [`garbage_flush`](Self::garbage_flush)); schedules it if so.
-    pub(crate) fn recheck_purge(&self) {
-        if self.garbage_add(0) {
+    /// [`garbage_add`](Self::garbage_add), scheduling the purge if one is now due: for `n`
+    /// operations handed back (their cells are garbage), or with `n = 0` after operations were
+    /// disarmed without completing (`cancel_for_key`: fewer are delayed, so the garbage counted
+    /// so far may now make a purge due).
+    pub(crate) fn count_garbage(&self, n: usize) {
+        if self.garbage_add(n) {
             Purger::schedule(&self.purger, &self.timer);
         }
     }
@@ -678,8 +679,8 @@ impl<Op: DelayedOperation> OpCell<Op> {
         self.completed.store(true, Ordering::Release);
         self.disarm_locked(st, false);
         self.common.handed_back_add();
-        if st.watched && self.common.garbage_add(1) {
-            Purger::schedule(&self.common.purger, &self.common.timer);
+        if st.watched {
+            self.common.count_garbage(1);
         }
         st.op.take().expect("a pending operation holds its op")
     }

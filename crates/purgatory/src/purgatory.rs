@@ -657,7 +657,7 @@ where
             });
         }
         if !out.is_empty() {
-            self.inner.common.recheck_purge();
+            self.inner.common.count_garbage(0);
         }
         out
     }

@@ -1030,12 +1030,8 @@ fn shutdown_races_check() {
         let probe = Probe::new(1, &log);
         let w = p.try_complete_else_watch(probe.op(), LONG, &[K]).unwrap();
         assert!(!w.completed);
-        probe.set_ready();
 
-        let checker = {
-            let p = Arc::clone(&p);
-            thread::spawn(move || p.check_and_complete(&K))
-        };
+        let checker = spawn_ready_check(&p, &probe);
         let returned = p.shutdown();
         let checked = checker.join().unwrap();
 
