@@ -2,7 +2,8 @@
 //! against a reference model of every operation's state and of the keys it watches.
 //!
 //! Each seed builds a purgatory in one of several configurations (purge interval 1, 3 or the
-//! default; with or without `ReadyHint`s; with or without a `ready_test`), then runs random steps:
+//! default; with or without `ReadyHint`s; with or without a `ready_test`; its own timer or a
+//! shared hand-driven one with another tick), then runs random steps:
 //! new operations (some ready at the first try, some at the second, some with an empty key set),
 //! operations made ready, checks of watched and never-watched keys, forced completions, takes,
 //! `cancel_for_key`, clock moves with and without `advance`, manual purges and dropped handles.
@@ -18,21 +19,24 @@
 //! * bounds: `watched()` and `stats().keys` lie between the pending entries (which are certainly
 //!   listed) and every entry not yet certainly swept; once a check has seen every entry of its
 //!   key completed, the key is gone; with a purge interval below 64 (no counting lag), after an
-//!   `advance` the empty cells awaiting the purge are at most `max(interval, delayed)` operations'.
+//!   `advance` the empty cells awaiting the purge are at most `max(interval, delayed)` operations',
+//!   and the purges that run are exactly those the documented rule makes due;
+//! * hints and the ready test are asked only by a check of one of the operation's keys, with
+//!   that key.
 //!
-//! `MODEL_SEED=<n>` runs one seed and prints its steps.
+//! `MODEL_SEED=<n>` runs one seed and prints its steps; `MODEL_SEEDS=<n>` runs seeds `0..n`.
 #![cfg(not(loom))]
 #![allow(clippy::disallowed_types)] // std's Mutex for the test's event log
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use purgatory::{
     DelayedOperation, OperationHandle, Purgatory, ReadyHint, WatchError, DEFAULT_PURGE_INTERVAL,
 };
-use system_timer::ManualClock;
+use system_timer::{ManualClock, SystemTimer};
 
 const TICK_NS: u64 = 1_000_000;
 /// Operations watch keys `0..WATCHED_KEYS`; checks and cancels also use `WATCHED_KEYS..ALL_KEYS`,
@@ -44,6 +48,7 @@ const SEEDS: u64 = 320;
 const STEPS: usize = 260;
 /// Ready flags per seed (one per operation; more than `STEPS`).
 const MAX_OPS: usize = 1024;
+const NOT_CHECKING: u64 = u64::MAX;
 
 /// splitmix64.
 struct Rng(u64);
@@ -82,6 +87,10 @@ type Log = Arc<Mutex<Vec<(usize, Ev)>>>;
 struct MOp {
     id: usize,
     flags: Arc<[AtomicBool]>,
+    /// Each operation's keys, a bit each (for its hint's own checks).
+    masks: Arc<[AtomicU8]>,
+    /// The key being checked (`NOT_CHECKING` outside `check_and_complete`).
+    checking: Arc<AtomicU64>,
     log: Log,
     tries: u32,
     second_try: bool,
@@ -107,8 +116,17 @@ impl DelayedOperation for MOp {
             return None;
         }
         let (flags, id) = (Arc::clone(&self.flags), self.id);
-        // The same question as `try_complete` (a second-try operation has no hint).
-        Some(ReadyHint::new(move || flags[id].load(SeqCst)))
+        let (masks, checking) = (Arc::clone(&self.masks), Arc::clone(&self.checking));
+        // The same question as `try_complete` (a second-try operation has no hint). Only a check
+        // of one of the operation's keys may ask it.
+        Some(ReadyHint::new(move || {
+            let key = checking.load(SeqCst);
+            assert!(
+                key < 8 && masks[id].load(SeqCst) & (1 << key) != 0,
+                "the hint of {id} asked outside a check of its keys (checking {key})"
+            );
+            flags[id].load(SeqCst)
+        }))
     }
     fn ready_arg(&self) -> Option<u64> {
         self.arg
@@ -121,6 +139,18 @@ struct Config {
     hints: bool,
     test: bool,
     shards: usize,
+    /// A shared hand-driven timer (tick 2 ms, wheel size 8) instead of the own one (1 ms, 20).
+    shared: bool,
+}
+
+impl Config {
+    fn tick_ns(&self) -> u64 {
+        if self.shared {
+            2 * TICK_NS
+        } else {
+            TICK_NS
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -161,7 +191,10 @@ struct Harness {
     what: String,
     clock: ManualClock,
     p: Purgatory<u64, MOp>,
+    shared: Option<Arc<SystemTimer>>,
     flags: Arc<[AtomicBool]>,
+    masks: Arc<[AtomicU8]>,
+    checking: Arc<AtomicU64>,
     log: Log,
     ops: Vec<Model>,
     /// For each key, the operations that may still have an entry in its list (a superset of the
@@ -194,15 +227,44 @@ impl Harness {
     fn new(seed: u64, cfg: Config, verbose: bool) -> Self {
         let clock = ManualClock::new(1_000);
         let flags: Arc<[AtomicBool]> = (0..MAX_OPS).map(|_| AtomicBool::new(false)).collect();
+        let masks: Arc<[AtomicU8]> = (0..MAX_OPS).map(|_| AtomicU8::new(0)).collect();
+        let checking = Arc::new(AtomicU64::new(NOT_CHECKING));
         let mut b = Purgatory::builder()
             .clock(clock.clone())
             .reaper(false)
             .purge_interval(cfg.interval)
             .shards(cfg.shards);
         if cfg.test {
-            let flags = Arc::clone(&flags);
-            // The ready test's contract: false only when `try_complete` would say false.
-            b = b.ready_test(move |_key: &u64, arg| flags[arg as usize].load(SeqCst));
+            let (flags, masks, checking) = (
+                Arc::clone(&flags),
+                Arc::clone(&masks),
+                Arc::clone(&checking),
+            );
+            // The ready test's contract: false only when `try_complete` would say false. Asked
+            // only by a check, with the key checked, about an operation watching it.
+            b = b.ready_test(move |&key: &u64, arg| {
+                assert_eq!(key, checking.load(SeqCst), "the ready test got another key");
+                let id = usize::try_from(arg).expect("an operation's id");
+                assert!(
+                    id < MAX_OPS && masks[id].load(SeqCst) & (1 << key) != 0,
+                    "the ready test asked about {arg}, not watching key {key}"
+                );
+                flags[id].load(SeqCst)
+            });
+        }
+        let shared = cfg.shared.then(|| {
+            Arc::new(
+                SystemTimer::builder()
+                    .clock(clock.clone())
+                    .tick(Duration::from_nanos(cfg.tick_ns()))
+                    .wheel_size(8)
+                    .reaper(false)
+                    .inline()
+                    .build(),
+            )
+        });
+        if let Some(timer) = &shared {
+            b = b.timer(Arc::clone(timer));
         }
         Harness {
             seed,
@@ -211,7 +273,10 @@ impl Harness {
             what: String::new(),
             clock,
             p: b.build(),
+            shared,
             flags,
+            masks,
+            checking,
             log: Log::default(),
             ops: Vec::new(),
             lists: BTreeMap::new(),
@@ -542,6 +607,8 @@ impl Harness {
         let op = MOp {
             id,
             flags: Arc::clone(&self.flags),
+            masks: Arc::clone(&self.masks),
+            checking: Arc::clone(&self.checking),
             log: Arc::clone(&self.log),
             tries: 0,
             second_try,
@@ -552,6 +619,8 @@ impl Harness {
         if ready_first {
             self.flags[id].store(true, SeqCst);
         }
+        let mask = keys.iter().fold(0u8, |m, &k| m | 1 << k);
+        self.masks[id].store(mask, SeqCst);
         self.what = format!(
             "new op {id} keys {keys:?} timeout {timeout:?} ready_first {ready_first} \
              second_try {second_try} hint {hint} arg {arg:?} at {} ns",
@@ -614,7 +683,7 @@ impl Harness {
                 m.due_ns = u64::try_from(timeout.as_nanos())
                     .ok()
                     .and_then(|t| now_ns.checked_add(t))
-                    .map(|d| d.div_ceil(TICK_NS) * TICK_NS);
+                    .map(|d| d.div_ceil(self.cfg.tick_ns()) * self.cfg.tick_ns());
                 vec![Ev::Try, Ev::Try]
             }
         };
@@ -663,7 +732,9 @@ impl Harness {
             }
         }
         self.what = format!("check {key}: watching {watching:?}, ready {ready:?}");
+        self.checking.store(key, SeqCst);
         let n = self.p.check_and_complete(&key);
+        self.checking.store(NOT_CHECKING, SeqCst);
         self.events(&expect);
         assert_eq!(n, ready.len(), "{}: check's return", self.ctx());
         self.checked = true;
@@ -774,10 +845,16 @@ impl Harness {
         }
     }
 
-    fn clock_move(rng: &mut Rng) -> Duration {
+    fn clock_move(&self, rng: &mut Rng) -> Duration {
         match rng.below(10) {
             0 => Duration::ZERO,
-            1..=3 => Duration::from_nanos(1 + rng.below(TICK_NS)),
+            // To the next tick boundary (or the one after): deadlines there are due exactly.
+            1 => {
+                let tick = self.cfg.tick_ns();
+                let to_boundary = tick - self.clock.now_ns() % tick;
+                Duration::from_nanos(to_boundary + tick * rng.below(2))
+            }
+            2 | 3 => Duration::from_nanos(1 + rng.below(TICK_NS)),
             4..=6 => Duration::from_nanos(rng.below(6 * TICK_NS)),
             7 | 8 => Duration::from_millis(rng.below(300)),
             _ if rng.chance(1, 3) => Duration::from_secs(rng.below(4_000)),
@@ -786,7 +863,7 @@ impl Harness {
     }
 
     fn advance(&mut self, rng: &mut Rng) {
-        let d = Self::clock_move(rng);
+        let d = self.clock_move(rng);
         self.clock.advance(d);
         let now = self.clock.now_ns();
         let due: BTreeSet<usize> = self
@@ -821,7 +898,7 @@ impl Harness {
     }
 
     fn clock_only(&mut self, rng: &mut Rng) {
-        let d = Self::clock_move(rng);
+        let d = self.clock_move(rng);
         self.clock.advance(d);
         self.what = format!("clock only {d:?}");
         // Without a reaper (and with no reaper grace) only `advance` expires anything.
@@ -910,6 +987,8 @@ impl Harness {
             MOp {
                 id: 0,
                 flags: Arc::clone(&self.flags),
+                masks: Arc::clone(&self.masks),
+                checking: Arc::clone(&self.checking),
                 log: Arc::clone(&self.log),
                 tries: 0,
                 second_try: false,
@@ -932,6 +1011,20 @@ impl Harness {
             }
         }
         self.events(&BTreeMap::new());
+        if let Some(timer) = self.shared.clone() {
+            // A shared timer outlives the purgatory: nothing of it expires any more, and once
+            // advanced (due tasks run: purges, expiries dispatched before a disarm) it holds
+            // nothing of it.
+            self.clock.advance(Duration::from_secs(36_000));
+            timer.advance();
+            self.events(&BTreeMap::new());
+            assert_eq!(
+                timer.len(),
+                0,
+                "{}: tasks left in the shared timer",
+                self.ctx()
+            );
+        }
         let payloads: Vec<Arc<()>> = self.ops.iter().map(|m| Arc::clone(&m.payload)).collect();
         let ctx = self.ctx();
         drop(self);
@@ -956,6 +1049,7 @@ fn config(seed: u64) -> Config {
         hints,
         test,
         shards,
+        shared: (seed / 12) % 3 == 2,
     }
 }
 
@@ -979,7 +1073,12 @@ fn purgatory_matches_its_model() {
     {
         return run_seed(seed, true);
     }
-    for seed in 0..SEEDS {
+    // MODEL_SEEDS=<n>: more (or fewer) seeds than the default.
+    let seeds = std::env::var("MODEL_SEEDS")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .unwrap_or(SEEDS);
+    for seed in 0..seeds {
         run_seed(seed, false);
     }
 }
