@@ -12,9 +12,9 @@
 //!
 //! * exact: `delayed()`, `stats().{accepted, completed, expired, handed_back, delayed}`, a check's
 //!   return value and the operations it completes, `cancel_for_key`'s operations, the
-//!   expiries of an `advance` (the timer's rule: a deadline is rounded up to the 1 ms tick and
-//!   fires at the first advance to a clock reading at or past it; so never before the timeout,
-//!   and at the first advance at least a tick after it), `purge()`'s return value and the lists
+//!   expiries of an `advance` (the timer's rule: a deadline is rounded up to the tick and fires
+//!   at the first advance to a clock reading at or past it; so never before the timeout, and at
+//!   the first advance at least a tick after it; only `advance` expires anything), `purge()`'s return value and the lists
 //!   it leaves, the payload of a completed operation released at once, shutdown's hand-back;
 //! * bounds: `watched()` and `stats().keys` lie between the pending entries (which are certainly
 //!   listed) and every entry not yet certainly swept; once a check has seen every entry of its
