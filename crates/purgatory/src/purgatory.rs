@@ -663,7 +663,8 @@ where
     }
 
     /// Entries in all watch lists (Kafka's `watched`, "PurgatorySize"): an operation counts once
-    /// per key, and completed ones count until they are swept.
+    /// per key it was given (twice for a key given twice), and completed ones count until they
+    /// are swept.
     #[doc(alias = "PurgatorySize")]
     pub fn watched(&self) -> usize {
         self.inner.watchers.watched()
@@ -709,8 +710,9 @@ where
 
     /// Sweeps every watch list now (the purge the purgatory otherwise runs by count: the
     /// completion, by any path, that brings the watched operations completed since the last
-    /// purge to `purge_interval` (and, while no key has been checked since the last purge, to at
-    /// least as many as are still delayed) schedules it on the timer). It counts as the last
+    /// purge became due to `purge_interval` (and, while no key has been checked since then, to
+    /// at least as many as are still delayed) schedules it on the timer, which runs it at its
+    /// next advance; completions in between count towards the next one). It counts as the last
     /// purge for both. Returns the number of completed entries removed.
     pub fn purge(&self) -> usize {
         self.inner.common.reset_garbage();
