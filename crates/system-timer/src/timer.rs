@@ -529,12 +529,14 @@ impl<T: TimerTask> SystemTimer<T> {
     }
 
     /// Schedules `task` at an absolute deadline: `deadline` after the clock's epoch (compare
-    /// [`now`](Self::now)). A deadline in the past is due at once: dispatched from this thread
-    /// if the timer's last advance already reached it, else run by the next advance (the
-    /// reaper is woken for it). A deadline past the clock's range (`Duration::MAX`) never fires;
-    /// so does one within the wheel's last tick before the end of that range (`u64::MAX` ns),
-    /// unless the clock has already reached it when the task is added (only a manual clock
-    /// gets there).
+    /// [`now`](Self::now)). Like every deadline it is rounded up to the tick, a past one
+    /// included: dispatched at once from this thread if the timer's last advance already
+    /// reached it, else run by the first advance that reaches its tick (the next advance once
+    /// the clock has passed that tick; a deadline earlier in the clock's current tick waits for
+    /// the next tick, as a zero delay does; the reaper is woken for it). A deadline past the
+    /// clock's range (`Duration::MAX`) never fires; nor does one past the wheel's last tick
+    /// (the last multiple of the tick below `u64::MAX` ns), unless the clock has already
+    /// reached it when the task is added (only a manual clock gets there).
     ///
     /// # Errors
     ///
@@ -547,6 +549,14 @@ impl<T: TimerTask> SystemTimer<T> {
     /// let timer = SystemTimer::builder().clock(clock.clone()).reaper(false).inline().build();
     /// let h = timer.add_at(Duration::from_millis(1_500), || ())?;
     /// assert_eq!(h.deadline_ms(), 1_500);
+    /// // 0.5 ms into the current 1 ms tick: passed, but due at the next tick.
+    /// clock.advance(Duration::from_micros(700));
+    /// let past = timer.add_at(Duration::from_micros(1_000_500), || ())?;
+    /// assert!(past.is_pending());
+    /// assert_eq!(timer.advance(), 0);
+    /// clock.advance(Duration::from_micros(300));
+    /// assert_eq!(timer.advance(), 1);
+    /// assert!(past.is_fired());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[inline]
@@ -758,7 +768,8 @@ impl<T: TimerTask> SystemTimer<T> {
     }
 
     /// The time (since the clock's epoch) at which the reaper next has work: the earliest
-    /// queued bucket's start, which is at or before the earliest pending deadline.
+    /// queued bucket's start, which is at or before the earliest pending deadline rounded up to
+    /// the tick (a deadline between ticks is due at the next tick).
     pub fn next_expiration(&self) -> Option<Duration> {
         self.inner.wheel.next_expiration().map(Duration::from_nanos)
     }
