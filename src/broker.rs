@@ -360,7 +360,7 @@ pub fn run(cfg: &Config) -> Report {
                 let mut round = 0u64;
                 while !stop.load(SeqCst) {
                     round += 1;
-                    let lag = if cfg.stall_every > 0 && round % cfg.stall_every == 0 {
+                    let lag = if cfg.stall_every > 0 && round.is_multiple_of(cfg.stall_every) {
                         cfg.produce_timeout * 2
                     } else {
                         Duration::from_nanos(rng.next() % cfg.follower_lag.as_nanos().max(1) as u64)

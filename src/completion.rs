@@ -180,7 +180,7 @@ mod tests {
             let due = (now + rng.next() % 1_000_000_000).saturating_sub(2_000_000);
             q.push(due, id);
             model.push((due, id));
-            if rng.next() % 8 == 0 {
+            if rng.next().is_multiple_of(8) {
                 now += rng.next() % 3_000_000;
                 out.clear();
                 q.pop_due(now, &mut out);
