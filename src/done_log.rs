@@ -7,6 +7,13 @@
 //! CPU, counted against the purgatory in W4's figure. The per-request checks (exactly once,
 //! outcome against timing) are computed from the logs after the run, outside the measured time.
 //!
+//! A thread's log is either installed (the completer's, sized for every request) or taken from
+//! the run's pool ([`provision`]): chunks of [`CHUNK`] records touched before the run, handed out
+//! one at a time to whichever thread logs (the timer's reaper and executors, the generator when
+//! it runs expiries), a full chunk going to the `FINISHED` list. A log that grew by itself on
+//! those threads put 16 bytes per completion into the run's RSS growth, which W4 divides by
+//! the pending requests: its bytes per pending request grew with the number of requests.
+//!
 //! Ground rules: a log is keyed by its run's id, so runs in one process (`--find-max-rate`) and
 //! runs on concurrent test threads keep apart. A thread's records go to the shared `FINISHED`
 //! list when it exits (its thread-local's destructor, which runs before a `join` of the thread
@@ -31,8 +38,13 @@ pub struct Done {
     pub expired: bool,
 }
 
+/// Records per chunk of a run's pool (64 KiB).
+pub const CHUNK: usize = 4096;
+
 static NEXT_RUN: AtomicU64 = AtomicU64::new(1);
 static FINISHED: Mutex<Vec<(u64, Vec<Done>)>> = Mutex::new(Vec::new());
+/// The runs' pools of empty chunks, their memory already touched (see [`provision`]).
+static POOL: Mutex<Vec<(u64, Vec<Done>)>> = Mutex::new(Vec::new());
 
 /// A fresh run id (never 0, which no log starts with).
 pub fn new_run() -> u64 {
@@ -83,6 +95,28 @@ pub fn install(run: u64, buf: Vec<Done>) {
     });
 }
 
+/// Gives run `run` a pool of `chunks` empty chunks of [`CHUNK`] records each, their memory
+/// touched now (call it before the run's baseline RSS is read): the logs of the threads that
+/// have none installed take them as they fill. Enough for `records` records logged by `threads`
+/// threads: `records.div_ceil(CHUNK) + threads` (each thread leaves at most one chunk partly
+/// filled). A pool that runs dry hands out fresh chunks.
+pub fn provision(run: u64, chunks: usize) {
+    let fresh: Vec<(u64, Vec<Done>)> = (0..chunks)
+        .map(|_| (run, crate::measure::prefaulted(CHUNK)))
+        .collect();
+    POOL.lock().unwrap_or_else(|e| e.into_inner()).extend(fresh);
+}
+
+/// An empty chunk of run `run`'s pool, or a fresh one (not touched) if it has none left.
+#[cold]
+fn chunk(run: u64) -> Vec<Done> {
+    let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
+    match pool.iter().rposition(|(r, _)| *r == run) {
+        Some(i) => pool.swap_remove(i).1,
+        None => Vec::with_capacity(CHUNK),
+    }
+}
+
 /// Appends a completion of run `run` to this thread's log.
 #[inline]
 pub fn push(run: u64, done: Done) {
@@ -91,6 +125,12 @@ pub fn push(run: u64, done: Done) {
         if l.run != run {
             l.finish();
             l.run = run;
+        }
+        if l.done.len() == l.done.capacity() {
+            // Full (or none yet): hand it over and take a chunk of the run's pool, rather than
+            // grow it (a reallocation, and new memory in the run's RSS growth).
+            l.finish();
+            l.done = chunk(run);
         }
         l.done.push(done);
     });
@@ -112,8 +152,11 @@ pub fn mark_expired(run: u64, id: u32) {
 }
 
 /// Every record of run `run`: those of the threads that have exited (or moved to another run)
-/// and the calling thread's own.
+/// and the calling thread's own. Frees what is left of the run's pool.
 pub fn collect(run: u64) -> Vec<Done> {
+    POOL.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|(r, _)| *r != run);
     let mut out = Vec::new();
     LOG.with(|l| {
         let mut l = l.borrow_mut();
@@ -176,6 +219,33 @@ mod tests {
         let ids: Vec<u32> = collect(b).iter().map(|x| x.id).collect();
         assert_eq!(ids, [3, 4], "the exited thread's records of run b");
         assert!(collect(a).is_empty(), "collected once");
+    }
+
+    /// A thread with no log installed fills chunks of the run's pool, one after another, each
+    /// full one finished; every record is collected once, and so is what is left of the pool.
+    #[test]
+    fn threads_without_a_log_fill_chunks_of_the_pool() {
+        let r = new_run();
+        provision(r, 4); // one more than it needs
+        let n = 2 * CHUNK as u32 + 5;
+        std::thread::Builder::new()
+            .spawn(move || {
+                for id in 0..n {
+                    let before = LOG.with(|l| l.borrow().done.capacity());
+                    push(r, d(id));
+                    let after = LOG.with(|l| l.borrow().done.capacity());
+                    assert_eq!(after, CHUNK, "a chunk, never a grown vector");
+                    assert!(before == 0 || before == CHUNK);
+                }
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        let mut ids: Vec<u32> = collect(r).iter().map(|x| x.id).collect();
+        ids.sort_unstable();
+        assert_eq!(ids, (0..n).collect::<Vec<_>>());
+        let left = POOL.lock().unwrap().iter().filter(|p| p.0 == r).count();
+        assert_eq!(left, 0, "the pool is freed with the run's records");
     }
 
     #[test]

@@ -663,11 +663,18 @@ pub fn run_once(args: &Args) -> Report {
     let mut arrivals: Vec<u64> = prefaulted(n);
     let completer_lags: Vec<u64> = prefaulted(n);
     let attempts: Vec<(u32, u64)> = prefaulted(n);
-    // The completion logs of the completer (most completions) and of this thread (expiries it
-    // runs when it advances the timer), their memory touched now.
+    // The completion logs, their memory touched now: the completer's (most completions), and a
+    // pool for the threads that run expiries (this one when it advances the timer, the reaper,
+    // the executors), enough for the expiries the latencies call for (a late completer's extra
+    // ones take fresh chunks; in `--harness-only` runs the completer logs the expiries too).
     let run = done_log::new_run();
     let completer_log = prefaulted(n);
-    done_log::install(run, prefaulted(n / 4));
+    done_log::install(run, Vec::new());
+    if !args.harness_only {
+        let threads = 2 + args.executors;
+        let records = expected_expired + boundary;
+        done_log::provision(run, records.div_ceil(done_log::CHUNK) + threads);
+    }
     // What a thread's sleep and wake-up costs here, measured before the clock starts (so not in
     // the run's CPU): the report splits the CPU figure into wake-ups and work with it.
     let (wake_cost_ns, _) = crate::measure::wake_cost(Duration::from_millis(1), 200);
