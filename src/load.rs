@@ -421,9 +421,15 @@ fn validate(a: &Args) -> Result<(), String> {
     if !(a.pct50 > 0.0 && a.pct75 >= a.pct50 && a.pct75.is_finite()) {
         return Err("need 0 < --pct50 <= --pct75, finite".into());
     }
-    if a.keys == 0 || a.keys > MAX_KEYS || a.key_space == 0 {
+    // More keys per request than there are keys: the run would watch fewer distinct keys than
+    // its header says.
+    if a.keys == 0
+        || a.keys > MAX_KEYS
+        || a.key_space == 0
+        || a.keys as u64 > u64::from(a.key_space)
+    {
         return Err(format!(
-            "need 1 <= --keys <= {MAX_KEYS} and --key-space >= 1"
+            "need 1 <= --keys <= {MAX_KEYS}, --key-space >= 1 and --keys <= --key-space"
         ));
     }
     if a.timeout == 0 || a.timeout > MAX_TIMEOUT_MS {
@@ -1692,7 +1698,7 @@ mod tests {
         assert!(validate(&a).is_err());
         assert!(validate(&small(Model::Watch)).is_ok());
         // Each of these used to panic, abort on a huge allocation, hang or print NaN.
-        let bad: [fn(&mut Args); 13] = [
+        let bad: [fn(&mut Args); 14] = [
             |a| a.tick_ms = f64::INFINITY,
             |a| a.tick_ms = 1e-9,
             |a| a.wheel_size = 1_000_000_000,
@@ -1706,6 +1712,7 @@ mod tests {
             |a| a.reaper_grace_ms = 1e30,
             |a| a.reaper_grace_ms = f64::NAN,
             |a| a.executors = 1_000_000,
+            |a| (a.keys, a.key_space) = (5, 2),
         ];
         for (i, spoil) in bad.iter().enumerate() {
             let mut a = small(Model::Kafka);
