@@ -352,7 +352,14 @@ pub fn run(args: &Args) -> ExitCode {
         print_table(args, &report);
     }
     if let Some(path) = &args.plot {
-        if let Err(e) = std::fs::write(path, plot_svg(args, &report)) {
+        let svg = match plot_svg(args, &report) {
+            Ok(svg) => svg,
+            Err(e) => {
+                eprintln!("error: cannot draw the plot: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        if let Err(e) = std::fs::write(path, svg) {
             eprintln!("error: cannot write {}: {e}", path.display());
             return ExitCode::from(2);
         }
@@ -1273,6 +1280,10 @@ fn to_json(args: &Args, r: &Report) -> String {
     field("tick_ms", args.tick_ms.to_string());
     field("wheel_size", args.wheel_size.to_string());
     field("reaper_grace_ms", args.reaper_grace_ms.to_string());
+    field("executors", args.executors.to_string());
+    field("purge_interval", args.purge_interval.to_string());
+    field("seed", args.seed.to_string());
+    field("completer_tick_us", args.completer_tick_us.to_string());
     field(
         "completer_wake",
         q(&format!("{:?}", args.completer_wake).to_lowercase()),
@@ -1381,6 +1392,7 @@ fn find_max_rate(args: &Args) -> ExitCode {
     let mut good: Option<(f64, Report)> = None;
     let mut bad: Option<f64> = None;
     let mut rate = args.rate;
+    let mut lowest = rate;
     for _ in 0..12 {
         let r = probe(rate);
         if r.sustained {
@@ -1396,6 +1408,7 @@ fn find_max_rate(args: &Args) -> ExitCode {
         let mut hi = rate;
         for _ in 0..8 {
             hi /= 2.0;
+            lowest = hi;
             let r = probe(hi);
             if r.sustained {
                 good = Some((hi, r));
@@ -1427,15 +1440,20 @@ fn find_max_rate(args: &Args) -> ExitCode {
     match good {
         Some((rate, r)) => {
             println!(
-                "highest sustained rate: {rate:.0} req/s (achieved {:.0}, {:.2} CPU s per million, peak RSS {:.1} MB)",
+                "highest sustained rate: {rate:.0} req/s (achieved {:.0}, {:.2} CPU s per million, peak RSS {:.1} MB){}",
                 r.achieved_rate,
                 r.cpu_s_per_million,
-                r.peak_rss as f64 / 1e6
+                r.peak_rss as f64 / 1e6,
+                if bad.is_none() {
+                    "; every probe was sustained, so this is a lower bound (start higher with --rate)"
+                } else {
+                    ""
+                }
             );
             ExitCode::SUCCESS
         }
         None => {
-            println!("no rate was sustained");
+            println!("no rate was sustained, down to {lowest:.0} req/s");
             ExitCode::FAILURE
         }
     }
@@ -1444,12 +1462,11 @@ fn find_max_rate(args: &Args) -> ExitCode {
 /// The `--plot` figure, drawn with plotters (SVG backend): the run's header, then the
 /// completion-delay distribution (CDF up to p99.9) and the achieved issue rate per 100 ms window
 /// while the generator ran, against the target rate.
-fn plot_svg(args: &Args, r: &Report) -> String {
+/// A drawing error is returned (nothing half-drawn is written).
+fn plot_svg(args: &Args, r: &Report) -> Result<String, String> {
     let mut svg = String::new();
-    if let Err(e) = draw_plot(&mut svg, args, r) {
-        eprintln!("plot: {e}");
-    }
-    svg
+    draw_plot(&mut svg, args, r).map_err(|e| e.to_string())?;
+    Ok(svg)
 }
 
 fn draw_plot(svg: &mut String, args: &Args, r: &Report) -> Result<(), Box<dyn std::error::Error>> {
@@ -1682,8 +1699,12 @@ mod tests {
                     && json.ends_with('}')
                     && json.contains("\"exactly_once\":true")
                     && json.contains("\"completer\":{\"cpu_s_per_million\":")
+                    && json.contains(&format!("\"executors\":{},", a.executors))
+                    && json.contains(&format!("\"purge_interval\":{},", a.purge_interval))
+                    && json.contains(&format!("\"seed\":{},", a.seed))
+                    && json.contains(&format!("\"completer_tick_us\":{},", a.completer_tick_us))
             );
-            let svg = plot_svg(&a, &r);
+            let svg = plot_svg(&a, &r).expect("drawn");
             assert!(svg.starts_with("<svg") && svg.contains("polyline") && svg.contains("CDF"));
         }
     }
