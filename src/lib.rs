@@ -15,3 +15,9 @@ pub mod measure;
 pub mod parallel;
 pub mod precision;
 pub mod rng;
+
+/// README.md's examples, compiled and run as doc tests (`cargo test --doc`), so they cannot go
+/// stale.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
