@@ -11,13 +11,14 @@ a=$1 b=$2 runs=$3
 shift 3
 median() { sort -g | awk '{v[NR]=$1} END {print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'; }
 cpu() { "$1" "${@:2}" --json --progress 0 | python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["cpu_s_per_million"], r["sustained"], r["exactly_once"])'; }
-: >/tmp/ab-a.txt
-: >/tmp/ab-b.txt
+# Each run's figures in files of its own (two A/Bs at once must not mix their runs).
+fa=$(mktemp) fb=$(mktemp)
+trap 'rm -f "$fa" "$fb"' EXIT
 for i in $(seq "$runs"); do
   ra=$(cpu "$a" "$@"); rb=$(cpu "$b" "$@")
   echo "run $i: A $ra | B $rb"
-  echo "$ra" | cut -d' ' -f1 >>/tmp/ab-a.txt
-  echo "$rb" | cut -d' ' -f1 >>/tmp/ab-b.txt
+  echo "$ra" | cut -d' ' -f1 >>"$fa"
+  echo "$rb" | cut -d' ' -f1 >>"$fb"
 done
-ma=$(median </tmp/ab-a.txt) mb=$(median </tmp/ab-b.txt)
+ma=$(median <"$fa") mb=$(median <"$fb")
 echo "median CPU s/M: A $ma  B $mb  (B/A $(python3 -c "print(round($mb/$ma, 3))"))"

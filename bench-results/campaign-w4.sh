@@ -22,5 +22,5 @@ done
 echo "## wake-cost (again)"; $B wake-cost
 echo "## find-max-rate kafka"; $B --find-max-rate --rate 250000 --progress 0
 echo "## find-max-rate watch"; $B --find-max-rate --model watch --rate 100000 --progress 0
-echo "## criterion purgatory"; cargo bench --bench purgatory 2>&1 | grep -E "^purgatory|time:"
+echo "## criterion purgatory"; bench-results/criterion.sh purgatory
 echo "# done $(date -u)"

@@ -25,7 +25,7 @@ for model in kafka watch; do
 done
 echo "## find-max-rate kafka"; $B --find-max-rate --rate 250000 --progress 0
 echo "## find-max-rate watch"; $B --find-max-rate --model watch --rate 100000 --progress 0
-echo "## criterion timer"; cargo bench --bench timer 2>&1 | grep -E "^timer|time:"
-echo "## criterion wheel"; cargo bench --bench wheel 2>&1 | grep -E "^wheel|time:"
-echo "## criterion purgatory"; cargo bench --bench purgatory 2>&1 | grep -E "^purgatory|time:"
+echo "## criterion timer"; bench-results/criterion.sh timer
+echo "## criterion wheel"; bench-results/criterion.sh wheel
+echo "## criterion purgatory"; bench-results/criterion.sh purgatory
 echo "# done $(date -u)"
