@@ -59,7 +59,9 @@ const SIZES: [usize; 3] = [2, 3, 20];
 
 // ===== random numbers =====
 
-/// splitmix64.
+mod common;
+
+/// splitmix64 ([`common::splitmix`]), seeded per sequence.
 struct Rng(u64);
 
 impl Rng {
@@ -68,11 +70,7 @@ impl Rng {
     }
 
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        common::splitmix(&mut self.0)
     }
 
     /// Uniform in `0..n` (`n > 0`).
