@@ -212,6 +212,58 @@ struct Shared {
     // purgatory's whole completion path.
 }
 
+/// `'static` slices of flags that runs borrow and give back, so that a process running many
+/// runs (`--find-max-rate`'s probes, `--baseline`, the tests) allocates flags for its largest
+/// run once, not for every run: each leaked slice used to stay in the RSS of every later run.
+/// A run that panics never gives its slice back; that one stays leaked.
+#[allow(clippy::disallowed_types)] // a std mutex in the benchmark harness, not the library
+struct FlagPool(std::sync::Mutex<Vec<&'static [AtomicBool]>>);
+
+/// The flags of [`Shared::ready`].
+static READY_FLAGS: FlagPool = FlagPool::new();
+
+#[allow(clippy::disallowed_types)]
+impl FlagPool {
+    const fn new() -> Self {
+        FlagPool(std::sync::Mutex::new(Vec::new()))
+    }
+
+    /// The list, whether or not a thread panicked holding it (a `Vec` push or removal leaves
+    /// it whole).
+    fn list(&self) -> std::sync::MutexGuard<'_, Vec<&'static [AtomicBool]>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A slice of at least `n` flags, all false, and touched (so in the RSS from now on): the
+    /// smallest given back that is long enough, else a new one of exactly `n`.
+    fn take(&self, n: usize) -> &'static [AtomicBool] {
+        let reused = {
+            let mut pool = self.list();
+            let best = (0..pool.len())
+                .filter(|&i| pool[i].len() >= n)
+                .min_by_key(|&i| pool[i].len());
+            best.map(|i| pool.swap_remove(i))
+        };
+        match reused {
+            Some(flags) => {
+                for f in flags {
+                    f.store(false, Relaxed);
+                }
+                flags
+            }
+            None => (0..n)
+                .map(|_| AtomicBool::new(false))
+                .collect::<Vec<_>>()
+                .leak(),
+        }
+    }
+
+    /// Gives back a slice [`take`](Self::take) returned, once nothing reads it any more.
+    fn give(&self, flags: &'static [AtomicBool]) {
+        self.list().push(flags);
+    }
+}
+
 struct FakeOp {
     id: u32,
     s: &'static Shared,
@@ -605,6 +657,11 @@ impl Sampler {
 
 /// Runs W4 once with `args`.
 pub fn run_once(args: &Args) -> Report {
+    run_once_with(args, &READY_FLAGS)
+}
+
+/// [`run_once`], borrowing the ready flags from `flags`.
+fn run_once_with(args: &Args, flags: &FlagPool) -> Report {
     let n = args.num;
     let timeout = Duration::from_millis(args.timeout);
     let tick = Duration::from_secs_f64(args.tick_ms / 1000.0);
@@ -658,11 +715,10 @@ pub fn run_once(args: &Args) -> Report {
     } else {
         timer.executor_threads(args.executors).build()
     });
-    // The requests' ready flags (watch model), leaked with the rest of the run's shared state.
-    let ready: &'static [AtomicBool] = (0..n)
-        .map(|_| AtomicBool::new(false))
-        .collect::<Vec<_>>()
-        .leak();
+    // The requests' ready flags (watch model): `'static`, so taken from the process's pool of
+    // them and given back at the end of the run (see `FlagPool`).
+    let ready_all = flags.take(n);
+    let ready: &'static [AtomicBool] = &ready_all[..n];
     let mut purgatory = Purgatory::builder()
         .name("w4")
         .timer(Arc::clone(&timer))
@@ -993,6 +1049,9 @@ pub fn run_once(args: &Args) -> Report {
     let timer_stats = timer.stats();
     drop(purgatory);
     let _ = timer.shutdown();
+    // Nothing reads the flags any more: the completer has exited, and the purgatory's ready
+    // test and operations are dropped with it (the timer's shutdown drops any left).
+    flags.give(ready_all);
 
     // Per request, from the completion logs (every thread that completed requests has exited,
     // but this one): on_complete calls, the time of the first, whether expiry completed it, and
@@ -1833,6 +1892,53 @@ mod tests {
         assert!(r.exactly_once && r.wrong_outcome == 0 && correct(&r));
         assert_eq!((r.expected_expired, r.boundary), (0, a.num));
         assert!(expired_ok(&r), "{} expired, +{}", r.expired, r.boundary);
+    }
+
+    /// Runs give their ready flags back and later runs reuse them, cleared: a process running
+    /// many runs no longer keeps every run's flags (`--find-max-rate` used to add a byte per
+    /// request of every earlier probe to the later probes' RSS).
+    #[test]
+    fn ready_flags_are_given_back_and_reused_cleared() {
+        let pool = FlagPool::new();
+        let a = pool.take(100);
+        assert_eq!(a.len(), 100);
+        a[7].store(true, Relaxed);
+        a[99].store(true, Relaxed);
+        pool.give(a);
+        // Long enough: the same flags, every one false again.
+        let b = pool.take(60);
+        assert!(
+            std::ptr::eq(a, b),
+            "a given-back slice long enough is reused"
+        );
+        assert!(
+            b.iter().all(|f| !f.load(Relaxed)),
+            "reused flags are cleared"
+        );
+        // Too short for a larger run, and lent out anyway: a new slice.
+        let c = pool.take(200);
+        assert_eq!(c.len(), 200);
+        assert!(!std::ptr::eq(b.as_ptr(), c.as_ptr()));
+        pool.give(b);
+        pool.give(c);
+        // The smallest that is long enough.
+        assert!(std::ptr::eq(pool.take(80), a));
+        assert!(std::ptr::eq(pool.take(80), c));
+    }
+
+    /// A whole run gives its flags back: the next run of the same size takes no new ones.
+    #[test]
+    fn a_run_gives_its_ready_flags_back() {
+        let pool = FlagPool::new();
+        let args = small(Model::Watch);
+        let held = |pool: &FlagPool| -> Vec<*const AtomicBool> {
+            pool.list().iter().map(|s| s.as_ptr()).collect()
+        };
+        assert!(run_once_with(&args, &pool).exactly_once);
+        let first = held(&pool);
+        assert_eq!(first.len(), 1, "the run gave its flags back");
+        assert!(run_once_with(&args, &pool).exactly_once);
+        assert_eq!(held(&pool), first, "the second run reused them");
     }
 
     /// Bytes per pending request is a figure only when something was pending: with latencies
