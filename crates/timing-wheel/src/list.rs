@@ -581,7 +581,14 @@ mod tests {
         let base = a.alloc_sentinels(LISTS as u32);
         let mut model: Vec<VecDeque<(EntryKey, u64)>> = vec![VecDeque::new(); LISTS];
         let mut released = 0usize;
-        for step in 0..20_000u64 {
+        // Miri (`cargo +nightly miri test -p timing-wheel --lib list::`) interprets every
+        // step: a tenth of the steps there still unlinks, detaches and releases hundreds.
+        let (steps, check_every) = if cfg!(miri) {
+            (2_000, 61)
+        } else {
+            (20_000, 257)
+        };
+        for step in 0..steps {
             let l = (splitmix(&mut rng) % LISTS as u64) as usize;
             match splitmix(&mut rng) % 6 {
                 0..=2 => {
@@ -627,7 +634,7 @@ mod tests {
                     }
                 }
             }
-            if step % 257 == 0 {
+            if step % check_every == 0 {
                 for (l, m) in model.iter().enumerate() {
                     let want: Vec<u64> = m.iter().map(|&(_, d)| d).collect();
                     assert_eq!(
@@ -641,7 +648,7 @@ mod tests {
         }
         let live: usize = model.iter().map(VecDeque::len).sum();
         assert_eq!(a.pending(), live);
-        assert!(released > 1000);
+        assert!(released > steps as usize / 20);
         a.check_accounting();
         // Remaining strings are dropped by the arena's Drop (valgrind checks no leak).
     }
