@@ -572,7 +572,7 @@ mod tests {
     /// The list against a `VecDeque` model: thousands of seeded random operations on several
     /// lists (push back, unlink from the middle, pop front, detach-and-relink, release), with
     /// the arena's own accounting checked throughout. Values are heap strings, so a double drop
-    /// or a leak shows up under valgrind and as a count mismatch here.
+    /// or a leak shows up under valgrind and Miri (both in CI) and as a count mismatch here.
     #[test]
     fn list_matches_vecdeque_model() {
         const LISTS: usize = 4;
@@ -650,7 +650,7 @@ mod tests {
         assert_eq!(a.pending(), live);
         assert!(released > steps as usize / 20);
         a.check_accounting();
-        // Remaining strings are dropped by the arena's Drop (valgrind checks no leak).
+        // Remaining strings are dropped by the arena's Drop (valgrind and Miri check no leak).
     }
 
     #[test]
