@@ -34,6 +34,7 @@
 //! ```
 
 use std::fmt;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 
 use system_timer::{SystemTimer, TimerKey};
 
@@ -481,7 +482,16 @@ impl Purger {
         let task = system_timer::Task::new(move || {
             purger.run_scheduled();
         });
-        match timer.add(std::time::Duration::ZERO, task) {
+        // A panic of the timer's clock must not leave the flag set with no task behind it: no
+        // purge would ever be scheduled again.
+        let added = catch_unwind(AssertUnwindSafe(|| {
+            timer.add(std::time::Duration::ZERO, task)
+        }));
+        let added = added.unwrap_or_else(|panic| {
+            this.scheduled.store(false, Ordering::Release);
+            resume_unwind(panic)
+        });
+        match added {
             Ok(_) => {}
             // A shared timer at its cap of pending tasks: purge here rather than skip a whole
             // interval (the count that made this purge due is already reset). Under an op lock
@@ -493,6 +503,24 @@ impl Purger {
             Err(system_timer::ScheduleError::Shutdown(_)) => {
                 this.scheduled.store(false, Ordering::Release);
             }
+        }
+    }
+}
+
+/// Schedules the purge a completion made due, when dropped at the end of
+/// [`OpCell::complete_locked`] (after the callbacks and the payload's drop). Not while a
+/// callback's panic unwinds: a second panic (the timer's clock) would then abort the process. That
+/// purge is skipped and its garbage waits for the next one, an interval later.
+struct PurgeWhenDone<'a> {
+    common: &'a Common,
+    due: bool,
+}
+
+impl Drop for PurgeWhenDone<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        if self.due && !std::thread::panicking() {
+            Purger::schedule(&self.common.purger, &self.common.timer);
         }
     }
 }
@@ -627,9 +655,14 @@ impl<Op: DelayedOperation> OpCell<Op> {
         debug_assert!(!self.is_completed(), "completing twice");
         self.completed.store(true, Ordering::Release);
         let armed = self.take_timer_locked(st, how == How::Expired);
-        if self.common.completion(armed, st.watched, how) {
-            Purger::schedule(&self.common.purger, &self.common.timer);
-        }
+        // A purge this completion made due is scheduled last, once the callbacks have run and
+        // the payload is dropped: scheduling reads the timer's clock and, on a full shared
+        // timer, sweeps right here (dropping keys and hints), and nothing that may panic can
+        // come between marking the operation completed and its `on_complete`.
+        let _purge = PurgeWhenDone {
+            common: &self.common,
+            due: self.common.completion(armed, st.watched, how),
+        };
         // The callbacks (and the payload's drop) may shut the purgatory down: see
         // `Purgatory::shutdown`, which must not join the own timer's threads from here. Declared
         // before `op`, so dropped after it.
@@ -639,7 +672,8 @@ impl<Op: DelayedOperation> OpCell<Op> {
         if how == How::Expired {
             op.on_expiration();
         }
-        // `op` (the payload) is dropped here, then `_callbacks`: completion releases it at once.
+        // `op` (the payload) is dropped here, then `_callbacks`, then `_purge`: completion
+        // releases the payload at once.
     }
 
     /// Under the op lock, without completing the operation: if it is armed, takes its timer key
@@ -677,12 +711,14 @@ impl<Op: DelayedOperation> OpCell<Op> {
     pub(crate) fn hand_back_locked(&self, st: &mut OpState<Op>) -> Op {
         debug_assert!(!self.is_completed());
         self.completed.store(true, Ordering::Release);
+        // Taken first: counting the garbage may schedule a purge, which reads the timer's clock.
+        let op = st.op.take().expect("a pending operation holds its op");
         self.disarm_locked(st, false);
         self.common.handed_back_add();
         if st.watched {
             self.common.count_garbage(1);
         }
-        st.op.take().expect("a pending operation holds its op")
+        op
     }
 
     /// The timer's task: completes the operation by expiry unless something else won, or its

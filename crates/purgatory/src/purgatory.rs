@@ -437,8 +437,9 @@ where
     /// timer's clock goes on to the caller after the operation has been taken out of the
     /// purgatory and dropped (counted under [`handed_back`](PurgatoryStats::handed_back); never
     /// left watched without a timer; the cells it left in watch lists count towards the next
-    /// purge). One in `on_complete` goes on after the operation has completed. One in its
-    /// `ready_arg` or `ready_hint` goes on before anything is registered (not even
+    /// purge). One in `on_complete` goes on after the operation has completed, and so does one
+    /// in the clock while this call's completion schedules a purge (after `on_complete`). One
+    /// in its `ready_arg` or `ready_hint` goes on before anything is registered (not even
     /// [`accepted`](PurgatoryStats::accepted)).
     #[doc(alias = "tryCompleteElseWatch")]
     pub fn try_complete_else_watch(

@@ -1,5 +1,6 @@
-//! A panic in an operation's code (`try_complete`, `on_complete`) never leaves the purgatory
-//! inconsistent and never costs other operations their completion (manual clock).
+//! A panic in an operation's code (`try_complete`, `on_complete`), a key's code or the clock
+//! never leaves the purgatory inconsistent, never costs other operations their completion and
+//! never loses an operation (manual clock).
 #![cfg(not(loom))]
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)] // std atomics in tests
 
@@ -356,4 +357,71 @@ fn panicking_operations_under_contention_keep_exactly_once_and_the_counts() {
         assert_eq!(s.completions.load(SeqCst), expected, "operation {i}");
         assert_eq!(s.drops.load(SeqCst), 1, "operation {i} dropped once");
     }
+}
+
+/// A manual clock that panics while `broken` is set (clocks must not panic; the purgatory still
+/// promises what such a panic does).
+#[derive(Debug, Clone)]
+struct BreakableClock {
+    inner: ManualClock,
+    broken: Arc<AtomicBool>,
+}
+
+impl system_timer::Clock for BreakableClock {
+    fn now_ns(&self) -> u64 {
+        assert!(!self.broken.load(SeqCst), "the clock panics");
+        self.inner.now_ns()
+    }
+    fn sleep_for(&self, _deadline_ns: u64) -> Option<Duration> {
+        None
+    }
+}
+
+#[test]
+fn a_clock_panic_while_a_completion_schedules_its_purge_comes_after_on_complete() {
+    let broken = Arc::new(AtomicBool::new(false));
+    let clock = BreakableClock {
+        inner: ManualClock::new(0),
+        broken: broken.clone(),
+    };
+    // Every completion of a watched operation makes a purge due, which is scheduled on the timer
+    // (an add, which reads the clock).
+    let p: Purgatory<&'static str, Faulty> = Purgatory::builder()
+        .clock(clock)
+        .reaper(false)
+        .purge_interval(1)
+        .build();
+    let first = seen(0);
+    let _h = watch(&p, &first, &["k"]).expect("watched");
+    first.ready.store(true, SeqCst);
+    broken.store(true, SeqCst);
+    let checked = catch_unwind(AssertUnwindSafe(|| p.check_and_complete(&"k")));
+    broken.store(false, SeqCst);
+    assert!(checked.is_err(), "the clock's panic goes on to the caller");
+    // The operation completed: `on_complete` ran once, and the payload is gone.
+    assert_eq!(first.completions.load(SeqCst), 1);
+    assert_eq!(first.drops.load(SeqCst), 1);
+    let st = p.stats();
+    assert_eq!(
+        (st.completed, st.handed_back, st.delayed),
+        (1, 0, 0),
+        "{st:?}"
+    );
+
+    // The failed scheduling left no purge marked scheduled with no task behind it (which a
+    // reaper would never run): the next completion adds the purge's task to the timer, and the
+    // next advance runs it and sweeps both cells.
+    let second = seen(0);
+    let _h2 = watch(&p, &second, &["k"]).expect("watched");
+    second.ready.store(true, SeqCst);
+    let scheduled = p.timer().stats().scheduled;
+    assert_eq!(p.check_and_complete(&"k"), 1);
+    assert_eq!(
+        p.timer().stats().scheduled,
+        scheduled + 1,
+        "the purge's task"
+    );
+    p.advance();
+    let st = p.stats();
+    assert_eq!((st.completed, st.purges, st.watched), (2, 1, 0), "{st:?}");
 }
