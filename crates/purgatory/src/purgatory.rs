@@ -730,13 +730,20 @@ where
     /// `on_expiration` (or the drop of its payload), on any thread: that operation has
     /// completed, and the own timer then finishes its shutdown on a thread of its own once the
     /// callbacks return (see [`SystemTimer::shutdown_in_background`]).
+    ///
+    /// # Panics
+    ///
+    /// A panic in a key's drop (shutdown drops every key) goes on to the caller once every
+    /// operation has been handed back (so dropped with the panic, but counted under
+    /// [`handed_back`](PurgatoryStats::handed_back)) and the own timer shut down.
     pub fn shutdown(&self) -> Vec<Op> {
         let inner = &self.inner;
         if inner.closed.swap(true, Ordering::AcqRel) {
             return Vec::new();
         }
         let mut out = Vec::new();
-        for cell in inner.watchers.close() {
+        let (cells, key_drop_panic) = inner.watchers.close();
+        for cell in cells {
             // A completed cell needs no lock, and may be the one whose `on_complete` (or
             // `on_expiration`) runs this shutdown: this thread holds its lock.
             if cell.is_completed() {
@@ -758,6 +765,9 @@ where
             } else {
                 drop(inner.common.timer.shutdown());
             }
+        }
+        if let Some(panic) = key_drop_panic {
+            resume_unwind(panic);
         }
         out
     }

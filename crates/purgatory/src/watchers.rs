@@ -23,6 +23,7 @@
 //!   shutdown drains every shard after setting it, so no append slips past the drain.
 
 use std::hash::Hash;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::operation::{DelayedOperation, OpCell};
 use crate::sync::atomic::{AtomicBool, Ordering};
@@ -55,6 +56,9 @@ impl<Op> Clone for Entry<Op> {
 
 /// One key's list of watchers.
 pub(crate) type List<Op> = Arc<Vec<Entry<Op>>>;
+
+/// A caught panic's payload.
+pub(crate) type Panic = Box<dyn std::any::Any + Send + 'static>;
 
 /// Mutable access to a list, copying it first if a snapshot shares it.
 ///
@@ -219,22 +223,39 @@ impl<K: Hash + Eq + Clone, Op: DelayedOperation> WatchMap<K, Op> {
     }
 
     /// Closes the map (later appends fail) and drains it: every cell in any list, once each.
-    pub(crate) fn close(&self) -> Vec<Arc<OpCell<Op>>> {
+    ///
+    /// The drain drops every key (under its shard lock). A key whose drop panics still leaves
+    /// the map with its list, whose cells are taken first: the drain goes on with the other
+    /// keys, and the first such panic is returned beside the cells, for the caller to resume
+    /// once it has dealt with them.
+    pub(crate) fn close(&self) -> (Vec<Arc<OpCell<Op>>>, Option<Panic>) {
         self.closed.store(true, Ordering::Release);
         let mut cells = Vec::new();
-        #[cfg(not(loom))]
-        self.map.retain(|_, list| {
-            cells.extend(list.iter().map(|e| Arc::clone(&e.cell)));
-            false
-        });
-        #[cfg(loom)]
-        self.map.lock().retain(|_, list| {
-            cells.extend(list.iter().map(|e| Arc::clone(&e.cell)));
-            false
-        });
+        let mut first_panic = None;
+        // Each panic ends one pass after its key left the map (the map erases an entry before
+        // dropping it), so every pass but the last removes at least one key; the bound is a
+        // guard only.
+        for _ in 0..=self.keys() {
+            let pass = catch_unwind(AssertUnwindSafe(|| {
+                let mut take = |list: &mut List<Op>| {
+                    cells.extend(list.iter().map(|e| Arc::clone(&e.cell)));
+                    false
+                };
+                #[cfg(not(loom))]
+                self.map.retain(|_, list| take(list));
+                #[cfg(loom)]
+                self.map.lock().retain(|_, list| take(list));
+            }));
+            match pass {
+                Ok(()) => break,
+                Err(panic) => {
+                    first_panic.get_or_insert(panic);
+                }
+            }
+        }
         let mut seen = std::collections::HashSet::new();
         cells.retain(|c| seen.insert(Arc::as_ptr(c)));
-        cells
+        (cells, first_panic)
     }
 
     /// Every list's cells (for invariant checks).

@@ -425,3 +425,79 @@ fn a_clock_panic_while_a_completion_schedules_its_purge_comes_after_on_complete(
     let st = p.stats();
     assert_eq!((st.completed, st.purges, st.watched), (2, 1, 0), "{st:?}");
 }
+
+/// A key whose drop panics once `bomb` is set (the first drop after that only).
+#[derive(Clone, Debug)]
+struct BombKey {
+    id: u32,
+    bomb: Arc<AtomicBool>,
+}
+
+impl PartialEq for BombKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id
+    }
+}
+
+impl Eq for BombKey {}
+
+impl std::hash::Hash for BombKey {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.id.hash(h)
+    }
+}
+
+impl Drop for BombKey {
+    fn drop(&mut self) {
+        if self.bomb.swap(false, SeqCst) {
+            panic!("a key's drop panics");
+        }
+    }
+}
+
+#[test]
+fn a_panic_in_a_key_drop_during_shutdown_still_hands_every_operation_back() {
+    let clock = ManualClock::new(0);
+    let p: Purgatory<BombKey, Faulty> = Purgatory::builder()
+        .clock(clock)
+        .reaper(false)
+        .shards(2)
+        .build();
+    let bomb = Arc::new(AtomicBool::new(false));
+    let all: Vec<Arc<Seen>> = (0..8).map(|_| seen(0)).collect();
+    for (id, s) in (0..).zip(&all) {
+        let key = BombKey {
+            id,
+            bomb: bomb.clone(),
+        };
+        let w = p.try_complete_else_watch(Faulty(s.clone()), TIMEOUT, &[key]);
+        assert!(!w.expect("watched").completed);
+    }
+    bomb.store(true, SeqCst);
+    let first = catch_unwind(AssertUnwindSafe(|| p.shutdown().len()));
+    assert!(first.is_err(), "the key's panic goes on to the caller");
+    assert!(
+        !bomb.load(SeqCst),
+        "a key was dropped after the bomb was set"
+    );
+    // Every operation was handed back (and dropped with the panic), none completed, and the
+    // own timer is shut down.
+    let st = p.stats();
+    assert_eq!(
+        (
+            st.handed_back,
+            st.completed,
+            st.delayed,
+            st.keys,
+            st.watched
+        ),
+        (8, 0, 0, 0, 0),
+        "{st:?}"
+    );
+    for s in &all {
+        assert_eq!(s.completions.load(SeqCst), 0);
+        assert_eq!(s.drops.load(SeqCst), 1);
+    }
+    assert!(p.timer().is_shutdown());
+    assert!(p.shutdown().is_empty(), "idempotent");
+}
