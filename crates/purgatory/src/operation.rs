@@ -796,6 +796,11 @@ impl<Op: DelayedOperation> OperationHandle<Op> {
     }
 
     /// Runs `f` on the operation under its lock, while it is pending; `None` once completed.
+    ///
+    /// `f` must not call into the purgatory or this operation's handles: a shutdown, a check
+    /// of one of its keys, an advance that expires it, or this operation's `force_complete` or
+    /// `take` would wait for the lock this call holds, for ever. Read what you need and act
+    /// after `with` returns.
     pub fn with<R>(&self, f: impl FnOnce(&Op) -> R) -> Option<R> {
         if self.cell.is_completed() {
             return None; // without the lock: see `force_complete`
