@@ -432,7 +432,7 @@ fn reaper_loop<T: TimerTask>(inner: &Inner<T>) {
         }
         let now = inner.clock.now_ns();
         let next = inner.wheel.next_expiration();
-        if next.is_some_and(|x| x <= now) || has_ready(inner) {
+        if next.is_some_and(|x| x <= now) || inner.has_ready() {
             // advance_to_ns never lets a task panic escape (run_job catches it); the guard here
             // keeps the reaper alive even if our own code had a bug.
             let _ = catch_unwind(AssertUnwindSafe(|| inner.advance_to_ns(now)));
@@ -476,10 +476,6 @@ fn reaper_loop<T: TimerTask>(inner: &Inner<T>) {
 /// the expiration, and an advance before the bucket is really due would find nothing to do. Far
 /// below a tick, so it does not change when tasks run.
 pub(crate) const HELP_MARGIN_NS: u64 = 25_000;
-
-fn has_ready<T: TimerTask>(inner: &Inner<T>) -> bool {
-    inner.inline && matches!(&*inner.dispatch.lock(), Dispatch::Inline(v) if !v.is_empty())
-}
 
 fn executor_loop<T: TimerTask>(inner: &Inner<T>, rx: &Receiver<Vec<Job<T>>>) {
     // True when this executor holds a permit it slept for and has not yet matched with a batch:
@@ -532,7 +528,7 @@ pub(crate) fn advance_clock<T: TimerTask>(inner: &Inner<T>, timeout: Duration) -
         }
         let now = inner.clock.now_ns();
         let next = inner.wheel.next_expiration();
-        if next.is_some_and(|x| x <= now) || has_ready(inner) {
+        if next.is_some_and(|x| x <= now) || inner.has_ready() {
             if inner.advance_to_ns(now) > 0 {
                 return true;
             }

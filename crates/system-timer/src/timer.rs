@@ -769,9 +769,16 @@ impl<T: TimerTask> SystemTimer<T> {
 
     /// The time (since the clock's epoch) at which the reaper next has work: the earliest
     /// queued bucket's start, which is at or before the earliest pending deadline rounded up to
-    /// the tick (a deadline between ticks is due at the next tick).
+    /// the tick (a deadline between ticks is due at the next tick). In inline mode, while tasks
+    /// that were due when added wait for the next advance to run them, the clock's time (or an
+    /// earlier bucket's): the next advance has work at once. `None` when nothing is pending.
     pub fn next_expiration(&self) -> Option<Duration> {
-        self.inner.wheel.next_expiration().map(Duration::from_nanos)
+        let next = self.inner.wheel.next_expiration();
+        if self.inner.has_ready() {
+            let now = self.inner.clock.now_ns();
+            return Some(Duration::from_nanos(next.map_or(now, |x| x.min(now))));
+        }
+        next.map(Duration::from_nanos)
     }
 
     /// A snapshot of the counters.
@@ -1051,6 +1058,11 @@ impl<T: TimerTask> Inner<T> {
                 }
             });
         })
+    }
+
+    /// Inline mode: true while tasks that were due when added wait for the next advance.
+    pub(crate) fn has_ready(&self) -> bool {
+        self.inline && matches!(&*self.dispatch.lock(), Dispatch::Inline(v) if !v.is_empty())
     }
 
     /// Dispatches a task that was already due when added.

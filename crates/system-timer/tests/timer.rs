@@ -1085,3 +1085,37 @@ fn the_default_executor_is_one_thread() {
     drop(timer);
     assert_eq!(executors(), 0, "no thread outlives the timer");
 }
+
+#[test]
+fn next_expiration_reports_a_due_task_waiting_for_the_next_inline_advance() {
+    let clock = ManualClock::new(0);
+    let timer = SystemTimer::builder()
+        .clock(clock.clone())
+        .reaper(false)
+        .inline()
+        .build();
+    clock.advance(10 * MS);
+    timer.advance(); // the wheel's time is 10 ms: a deadline at 5 ms is due when added
+    assert_eq!(timer.next_expiration(), None, "nothing pending");
+    let ran = Arc::new(AtomicUsize::new(0));
+    let r = ran.clone();
+    let h = timer
+        .add_at(Duration::from_millis(5), move || {
+            r.fetch_add(1, SeqCst);
+        })
+        .unwrap();
+    assert!(h.is_fired(), "due when added: out of the wheel at once");
+    assert_eq!(
+        (timer.len(), ran.load(SeqCst)),
+        (1, 0),
+        "waits for an advance"
+    );
+    // A hand-driven loop sleeps until `next_expiration` and then advances: it must see work now.
+    assert_eq!(timer.next_expiration(), Some(timer.now()));
+    // Also with a bucket queued later than it.
+    timer.add(Duration::from_millis(50), || ()).unwrap();
+    assert_eq!(timer.next_expiration(), Some(timer.now()));
+    assert_eq!(timer.advance(), 1);
+    assert_eq!(ran.load(SeqCst), 1);
+    assert_eq!(timer.next_expiration(), Some(Duration::from_millis(60)));
+}
