@@ -323,6 +323,8 @@ pub(crate) fn shutdown_elsewhere<T: TimerTask>(inner: Arc<Inner<T>>, threads: Th
             inner.close_dispatch(&mut dropped);
             inner.idle_executors.release(threads.executors.len());
             drop(threads);
+            // Its threads stop on their own (detached): nothing more this shutdown can wait for.
+            inner.finished.set();
             drop(dropped);
         }
     }
@@ -338,6 +340,44 @@ fn spawn_refused_by_test() -> bool {
 #[inline(always)]
 fn spawn_refused_by_test() -> bool {
     false
+}
+
+thread_local! {
+    /// The id of the timer whose reaper or executor this thread is (0: none; ids start at 1).
+    static TIMER_THREAD: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// True if the calling thread is the reaper or an executor of timer `id`.
+pub(crate) fn on_timer_thread(id: u32) -> bool {
+    TIMER_THREAD.try_with(|t| t.get() == id).unwrap_or(false)
+}
+
+/// Marks the calling thread as a thread of timer `id` (first thing in the reaper and executors).
+fn mark_timer_thread(id: u32) {
+    let _ = TIMER_THREAD.try_with(|t| t.set(id));
+}
+
+/// Set once a shutdown has finished (the reaper and executors joined, every task handed back or
+/// dropped): a [`SystemTimer::shutdown`](crate::SystemTimer::shutdown) that finds another one
+/// under way waits for it.
+#[derive(Debug, Default)]
+pub(crate) struct Finished {
+    done: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Finished {
+    pub(crate) fn set(&self) {
+        *self.done.lock() = true;
+        self.cv.notify_all();
+    }
+
+    pub(crate) fn wait(&self) {
+        let mut done = self.done.lock();
+        while !*done {
+            self.cv.wait(&mut done);
+        }
+    }
 }
 
 thread_local! {
@@ -392,6 +432,7 @@ pub(crate) fn start<T: TimerTask>(
         for i in 0..executors {
             let (inner2, rx) = (Arc::clone(inner), rx.clone());
             let t = spawn_named(format!("{}-executor-{i}", inner.name), move || {
+                mark_timer_thread(inner2.id);
                 executor_loop(&inner2, &rx)
             });
             match t {
@@ -403,7 +444,10 @@ pub(crate) fn start<T: TimerTask>(
     if reaper {
         let inner2 = Arc::clone(inner);
         let name = format!("{}-reaper", inner.name);
-        match spawn_named(name, move || reaper_loop(&inner2)) {
+        match spawn_named(name, move || {
+            mark_timer_thread(inner2.id);
+            reaper_loop(&inner2)
+        }) {
             Ok(t) => threads.reaper = Some(t),
             Err(e) => return Err(abort_start(inner, threads, e)),
         }

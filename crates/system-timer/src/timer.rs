@@ -135,6 +135,9 @@ pub(crate) struct Inner<T> {
     /// Where idle executors sleep; a permit per batch sent.
     #[cfg(not(loom))]
     pub(crate) idle_executors: crate::reaper::Semaphore,
+    /// Set when the shutdown has finished (see [`SystemTimer::shutdown`]).
+    #[cfg(not(loom))]
+    pub(crate) finished: crate::reaper::Finished,
     pub(crate) name: String,
 }
 
@@ -428,6 +431,8 @@ impl<T: TimerTask> Builder<T> {
             )),
             #[cfg(not(loom))]
             idle_executors: crate::reaper::Semaphore::default(),
+            #[cfg(not(loom))]
+            finished: crate::reaper::Finished::default(),
             name: self.name,
         });
         #[cfg(not(loom))]
@@ -826,6 +831,10 @@ impl<T: TimerTask> SystemTimer<T> {
     /// it then returns at once, with nothing, and a short-lived thread (`<name>-shutdown`)
     /// finishes the shutdown once that task has returned, dropping the tasks it would have
     /// returned. Call it from elsewhere to get them back.
+    ///
+    /// A call while another shutdown is under way (from another thread, or finishing in the
+    /// background) returns nothing once that one has finished: the threads joined, no task of
+    /// the timer running. From inside a task it returns at once, as above.
     #[doc(alias = "close")]
     pub fn shutdown(&self) -> Vec<T> {
         self.stop(false)
@@ -849,6 +858,16 @@ impl<T: TimerTask> SystemTimer<T> {
     fn stop(&self, background: bool) -> Vec<T> {
         let inner = &self.inner;
         if inner.stopping.swap(true, Ordering::AcqRel) {
+            // Another shutdown is under way (or done): wait until it has joined the threads, so
+            // that no task of the timer still runs when this call returns. Not from inside a
+            // task: that shutdown waits for this task's return.
+            #[cfg(not(loom))]
+            if !background
+                && !crate::reaper::on_timer_thread(inner.id)
+                && !crate::reaper::RunsInline::here(inner.id)
+            {
+                inner.finished.wait();
+            }
             return Vec::new();
         }
         #[cfg(not(loom))]
@@ -1290,6 +1309,8 @@ impl<T: TimerTask> Inner<T> {
         #[cfg(not(loom))]
         threads.join_executors(self);
         out.append(&mut self.returned.lock());
+        #[cfg(not(loom))]
+        self.finished.set();
         out
     }
 

@@ -1,11 +1,12 @@
-//! Call sequences a user could plausibly write that once hung or lost work: calls into a timer
-//! from inside one of its own tasks, on a thread that is not one of the timer's.
+//! Call sequences a user could plausibly write that once hung, lost work or returned too early:
+//! calls into a timer from inside one of its own tasks, on a thread that is not one of the
+//! timer's, and shutdowns that overlap.
 #![cfg(not(loom))]
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use system_timer::{ManualClock, SystemTimer};
 
@@ -146,4 +147,132 @@ fn a_name_with_a_nul_byte_is_a_build_error_not_a_panic() {
         .expect_err("a NUL byte in the name is refused");
     assert!(matches!(err, system_timer::BuildError::Spawn(_)), "{err:?}");
     assert!(err.to_string().contains("NUL"), "{err}");
+}
+
+/// A timer on the manual clock with one executor and no reaper.
+fn one_executor(clock: &ManualClock) -> Arc<SystemTimer> {
+    Arc::new(
+        SystemTimer::builder()
+            .clock(clock.clone())
+            .reaper(false)
+            .executor_threads(1)
+            .build(),
+    )
+}
+
+/// A timer on the manual clock with one executor, and a task already running on it that spins
+/// until `release` is set, then sets `finished`.
+fn timer_with_a_running_task(
+    release: &Arc<AtomicBool>,
+    finished: &Arc<AtomicBool>,
+) -> Arc<SystemTimer> {
+    let clock = ManualClock::new(0);
+    let timer = one_executor(&clock);
+    let running = Arc::new(AtomicBool::new(false));
+    let (r, rel, fin) = (running.clone(), release.clone(), finished.clone());
+    timer
+        .add(Duration::from_millis(1), move || {
+            r.store(true, SeqCst);
+            while !rel.load(SeqCst) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            fin.store(true, SeqCst);
+        })
+        .unwrap();
+    clock.advance(Duration::from_millis(1));
+    assert_eq!(timer.advance(), 1);
+    let t0 = Instant::now();
+    while !running.load(SeqCst) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the task never started"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    timer
+}
+
+/// Sets `flag` from another thread after `after`.
+fn set_later(flag: &Arc<AtomicBool>, after: Duration) {
+    let flag = flag.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(after);
+        flag.store(true, SeqCst);
+    });
+}
+
+#[test]
+fn a_second_shutdown_returns_only_once_the_first_has_joined_the_threads() {
+    let (release, finished) = (Arc::new(AtomicBool::new(false)), Arc::default());
+    let timer = timer_with_a_running_task(&release, &finished);
+    // The first shutdown waits for the executor, busy with the task.
+    let first = {
+        let timer = timer.clone();
+        std::thread::spawn(move || timer.shutdown().len())
+    };
+    while !timer.is_shutdown() {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    set_later(&release, Duration::from_millis(50));
+    let second = {
+        let (timer, finished) = (timer.clone(), finished.clone());
+        within_20s("the second shutdown", move || {
+            let back = timer.shutdown();
+            (back.len(), finished.load(SeqCst))
+        })
+    };
+    assert_eq!(
+        second,
+        (0, true),
+        "the second call returns nothing, after the task has finished"
+    );
+    assert_eq!(first.join().unwrap(), 0);
+}
+
+#[test]
+fn a_shutdown_after_one_finishing_in_the_background_waits_for_it() {
+    let (release, finished) = (Arc::new(AtomicBool::new(false)), Arc::default());
+    let timer = timer_with_a_running_task(&release, &finished);
+    // A shutdown that returns at once and finishes on a thread of its own, once the task has
+    // returned (as one called from inside a task does).
+    timer.shutdown_in_background();
+    assert!(timer.is_shutdown());
+    set_later(&release, Duration::from_millis(50));
+    let t = timer.clone();
+    let fin = finished.clone();
+    let done = within_20s("shutdown", move || {
+        drop(t.shutdown());
+        fin.load(SeqCst)
+    });
+    assert!(
+        done,
+        "shutdown returned while a task of the timer still ran"
+    );
+}
+
+#[test]
+fn a_task_calling_shutdown_while_another_is_under_way_does_not_wait_for_itself() {
+    let clock = ManualClock::new(0);
+    let timer = one_executor(&clock);
+    let returned = Arc::new(AtomicBool::new(false));
+    let (weak, ret) = (Arc::downgrade(&timer), returned.clone());
+    timer
+        .add(Duration::from_millis(1), move || {
+            let Some(timer) = weak.upgrade() else { return };
+            // Wait until the first shutdown (which waits for this task) has begun.
+            while !timer.is_shutdown() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            drop(timer.shutdown());
+            ret.store(true, SeqCst);
+        })
+        .unwrap();
+    clock.advance(Duration::from_millis(1));
+    assert_eq!(timer.advance(), 1);
+    let t = timer.clone();
+    within_20s("the first shutdown", move || drop(t.shutdown()));
+    assert!(
+        returned.load(SeqCst),
+        "the task's own shutdown call returned"
+    );
 }
