@@ -286,9 +286,9 @@ impl<T: TimerTask> Builder<T> {
     /// The cap errs on the side of refusing, for a moment: an add takes its slot (one atomic
     /// add, no lock) before the wheel says whether the task is already due, and gives it back
     /// right after if it is; an advance gives its fired tasks' slots back just after it releases
-    /// the wheel. So at the cap, or one slot under it with such adds or advances running on
-    /// other threads, an add (a task already due included) may be refused `Full` although fewer
-    /// than `max` tasks wait. `Full` means "retry later"; it never loses the task, which comes
+    /// the wheel. So while the tasks waiting plus the slots that such adds and advances on
+    /// other threads hold for that moment reach `max`, an add (of a task already due too) is
+    /// refused `Full` although fewer than `max` tasks wait. `Full` means "retry later"; it never loses the task, which comes
     /// back in the error.
     pub fn max_pending(mut self, max: usize) -> Self {
         self.max_pending = Some(max);
