@@ -2,7 +2,8 @@
 //! pass completes, every other entry is handed out, the invariants hold, and only then does the
 //! panic reach the caller. Before, the rest of the bucket being flushed was left in no list with
 //! stale links: entries that never fired, and a cancel of one of them that wrote out of bounds
-//! (a segfault from safe code in a release build). CI runs this file under valgrind too.
+//! (a segfault from safe code in a release build). A value whose drop panics while the wheel is
+//! dropped does not leak the others. CI runs this file under valgrind too.
 #![cfg(not(loom))]
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -108,4 +109,44 @@ fn a_panic_in_close_hands_back_every_entry() {
     assert!(handles
         .iter()
         .all(|h| h.is_handed_back() && h.cancel().is_none()));
+}
+
+/// Counts its drops; the one with `panics` set panics in its drop.
+struct Dropped {
+    panics: bool,
+    drops: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Drop for Dropped {
+    fn drop(&mut self) {
+        self.drops.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        assert!(!self.panics, "a value's drop panics");
+    }
+}
+
+#[test]
+fn a_panicking_value_drop_while_the_wheel_is_dropped_drops_every_other_value() {
+    let drops = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let value = |i: u64| Dropped {
+        panics: i == 0,
+        drops: drops.clone(),
+    };
+    let mut w = TimingWheel::new(1, 20, 0).unwrap();
+    for i in 0..5u64 {
+        w.add(10 + i * 100, value(i)).unwrap();
+    }
+    let r = catch_unwind(AssertUnwindSafe(move || drop(w)));
+    assert!(r.is_err(), "the value's panic reaches the caller");
+    assert_eq!(drops.load(std::sync::atomic::Ordering::SeqCst), 5);
+
+    // The concurrent wheel, each shard an arena of its own: the same.
+    drops.store(0, std::sync::atomic::Ordering::SeqCst);
+    let w = ConcurrentWheel::new(1, 20, 0).unwrap();
+    let handles: Vec<_> = (0..5u64)
+        .map(|i| w.add(10 + i * 100, value(i)).unwrap().handle)
+        .collect();
+    drop(handles);
+    let r = catch_unwind(AssertUnwindSafe(move || drop(w)));
+    assert!(r.is_err(), "the value's panic reaches the caller");
+    assert_eq!(drops.load(std::sync::atomic::Ordering::SeqCst), 5);
 }
