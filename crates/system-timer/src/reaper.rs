@@ -28,7 +28,7 @@ use crossbeam_channel::{Receiver, TryRecvError};
 
 use crate::clock::Clock;
 use crate::sync::atomic::{AtomicU64, Ordering};
-use crate::sync::thread::{is_current, spawn_named, JoinHandle};
+use crate::sync::thread::{spawn_named, JoinHandle};
 use crate::sync::{Arc, Condvar, Mutex, Weak};
 use crate::task::TimerTask;
 use crate::timer::{Dispatch, Inner, Job};
@@ -264,12 +264,6 @@ impl std::fmt::Debug for Threads {
 }
 
 impl Threads {
-    /// True if the calling thread is one of these (the reaper or an executor): a task of the
-    /// timer is running here.
-    pub(crate) fn runs_here(&self) -> bool {
-        self.reaper.iter().chain(&self.executors).any(is_current)
-    }
-
     /// Wakes the reaper (shutdown has set `stopping`) and joins it.
     pub(crate) fn stop_reaper<T: TimerTask>(&mut self, inner: &Inner<T>) {
         inner.parker.unpark();
@@ -347,7 +341,8 @@ thread_local! {
     static TIMER_THREAD: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
-/// True if the calling thread is the reaper or an executor of timer `id`.
+/// True if the calling thread is the reaper or an executor of timer `id`: a task of the timer
+/// may be running here.
 pub(crate) fn on_timer_thread(id: u32) -> bool {
     TIMER_THREAD.try_with(|t| t.get() == id).unwrap_or(false)
 }

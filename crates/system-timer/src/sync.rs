@@ -65,11 +65,6 @@ mod imp {
         {
             std::thread::Builder::new().name(name).spawn(f)
         }
-
-        /// True if `handle` is the calling thread's.
-        pub(crate) fn is_current<R>(handle: &JoinHandle<R>) -> bool {
-            handle.thread().id() == std::thread::current().id()
-        }
     }
 
     /// Gives up the CPU in a wait loop.

@@ -288,8 +288,8 @@ impl<T: TimerTask> Builder<T> {
     /// right after if it is; an advance gives its fired tasks' slots back just after it releases
     /// the wheel. So while the tasks waiting plus the slots that such adds and advances on
     /// other threads hold for that moment reach `max`, an add (of a task already due too) is
-    /// refused `Full` although fewer than `max` tasks wait. `Full` means "retry later"; it never loses the task, which comes
-    /// back in the error.
+    /// refused `Full` although fewer than `max` tasks wait. `Full` means "retry later"; it
+    /// never loses the task, which comes back in the error.
     pub fn max_pending(mut self, max: usize) -> Self {
         self.max_pending = Some(max);
         self
@@ -881,7 +881,10 @@ impl<T: TimerTask> SystemTimer<T> {
         #[cfg(not(loom))]
         {
             let threads = std::mem::take(&mut *self.threads.lock());
-            if background || threads.runs_here() || crate::reaper::RunsInline::here(inner.id) {
+            if background
+                || crate::reaper::on_timer_thread(inner.id)
+                || crate::reaper::RunsInline::here(inner.id)
+            {
                 crate::reaper::shutdown_elsewhere(Arc::clone(inner), threads);
                 return Vec::new();
             }

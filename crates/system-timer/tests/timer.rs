@@ -1089,11 +1089,7 @@ fn the_default_executor_is_one_thread() {
 #[test]
 fn next_expiration_reports_a_due_task_waiting_for_the_next_inline_advance() {
     let clock = ManualClock::new(0);
-    let timer = SystemTimer::builder()
-        .clock(clock.clone())
-        .reaper(false)
-        .inline()
-        .build();
+    let timer = manual(&clock, 20);
     clock.advance(10 * MS);
     timer.advance(); // the wheel's time is 10 ms: a deadline at 5 ms is due when added
     assert_eq!(timer.next_expiration(), None, "nothing pending");
