@@ -181,15 +181,20 @@ fn timer_with_a_running_task(
         .unwrap();
     clock.advance(Duration::from_millis(1));
     assert_eq!(timer.advance(), 1);
+    wait_until_started(&running);
+    timer
+}
+
+/// Waits (generously, only to catch a hang) until a task has set `started`.
+fn wait_until_started(started: &AtomicBool) {
     let t0 = Instant::now();
-    while !running.load(SeqCst) {
+    while !started.load(SeqCst) {
         assert!(
             t0.elapsed() < Duration::from_secs(20),
             "the task never started"
         );
         std::thread::sleep(Duration::from_millis(1));
     }
-    timer
 }
 
 /// Sets `flag` from another thread after `after`.
@@ -254,10 +259,14 @@ fn a_shutdown_after_one_finishing_in_the_background_waits_for_it() {
 fn a_task_calling_shutdown_while_another_is_under_way_does_not_wait_for_itself() {
     let clock = ManualClock::new(0);
     let timer = one_executor(&clock);
-    let returned = Arc::new(AtomicBool::new(false));
-    let (weak, ret) = (Arc::downgrade(&timer), returned.clone());
+    let (started, returned) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let (weak, st, ret) = (Arc::downgrade(&timer), started.clone(), returned.clone());
     timer
         .add(Duration::from_millis(1), move || {
+            st.store(true, SeqCst);
             let Some(timer) = weak.upgrade() else { return };
             // Wait until the first shutdown (which waits for this task) has begun.
             while !timer.is_shutdown() {
@@ -269,6 +278,8 @@ fn a_task_calling_shutdown_while_another_is_under_way_does_not_wait_for_itself()
         .unwrap();
     clock.advance(Duration::from_millis(1));
     assert_eq!(timer.advance(), 1);
+    // Only once the task runs: a shutdown before an executor has taken it hands it back unrun.
+    wait_until_started(&started);
     let t = timer.clone();
     within_20s("the first shutdown", move || drop(t.shutdown()));
     assert!(
