@@ -493,15 +493,18 @@ impl Purger {
         });
         match added {
             Ok(_) => {}
-            // A shared timer at its cap of pending tasks: purge here rather than skip a whole
-            // interval (the count that made this purge due is already reset). Under an op lock
-            // at most, the order the watches take (op lock, then shard locks).
-            Err(system_timer::ScheduleError::Full(_)) => {
+            // Refused: purge here rather than skip a whole interval (the count that made this
+            // purge due is already reset). Under an op lock at most, the order the watches take
+            // (op lock, then shard locks). A shared timer at its cap of pending tasks; or a shut
+            // one: after this purgatory's own shutdown the map is drained and the sweep finds
+            // nothing, but a shared timer its owner shut down first (a misuse, see
+            // `Builder::timer`) refuses every new operation after it was watched, and each
+            // leaves an empty cell per key: with no purge, a caller that goes on offering
+            // operations would grow the lists without bound.
+            Err(
+                system_timer::ScheduleError::Full(_) | system_timer::ScheduleError::Shutdown(_),
+            ) => {
                 this.run_scheduled();
-            }
-            // Shut down: no purge is needed any more.
-            Err(system_timer::ScheduleError::Shutdown(_)) => {
-                this.scheduled.store(false, Ordering::Release);
             }
         }
     }

@@ -207,6 +207,9 @@ where
     /// (another purgatory's own timer, taken from [`Purgatory::timer`], is shut down with that
     /// purgatory), this purgatory's armed operations never expire; they stay in
     /// [`delayed`](Purgatory::delayed) until completed, or until its own shutdown hands them back.
+    /// New operations are then refused ([`WatchError::Shutdown`]); the empty cells they leave in
+    /// their keys' lists are purged on the calling threads, as the timer can no longer run a
+    /// purge.
     pub fn timer(mut self, timer: Arc<SystemTimer>) -> Self {
         self.timer = Some(timer);
         self

@@ -1,5 +1,6 @@
-//! Call sequences a user could plausibly write that once hung: calls into a purgatory from inside
-//! one of its operations' callbacks.
+//! Call sequences a user could plausibly write that once hung (calls into a purgatory from inside
+//! one of its operations' callbacks) or leaked (a purgatory used after its shared timer was shut
+//! down).
 #![cfg(not(loom))]
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
@@ -379,4 +380,47 @@ fn shutdown_from_on_complete_while_the_expiry_waits_for_the_lock_does_not_deadlo
             "the expiry ran, and found it completed"
         );
     }
+}
+
+/// A purgatory on a shared timer that its owner shut down first (a documented misuse): every
+/// new operation is refused (`Shutdown`) after it was watched, and leaves an empty cell in each
+/// of its keys' lists. Before, the purge those cells made due could not be scheduled on the shut
+/// timer and was dropped, so a caller that went on offering operations grew the lists without
+/// bound; the purge now runs on the calling thread instead.
+#[test]
+fn refused_operations_on_a_shut_timer_are_still_purged() {
+    let clock = ManualClock::new(0);
+    let timer = Arc::new(
+        system_timer::SystemTimer::builder()
+            .clock(clock.clone())
+            .inline()
+            .reaper(false)
+            .build(),
+    );
+    let p: Purgatory<&'static str, Op> = Purgatory::builder()
+        .timer(Arc::clone(&timer))
+        .purge_interval(10)
+        .build();
+    timer.shutdown();
+    for _ in 0..1_000 {
+        let op = Op {
+            ready: false,
+            shut_down: None,
+        };
+        match p.try_complete_else_watch(op, Duration::from_millis(5), &["a", "b", "c"]) {
+            Err(purgatory::WatchError::Shutdown(_)) => {}
+            Ok(_) => panic!("accepted on a shut timer"),
+            Err(_) => panic!("refused, but not as Shutdown"),
+        }
+    }
+    let s = p.stats();
+    assert_eq!(s.handed_back, 1_000);
+    assert!(s.purges > 0, "no purge ran");
+    // At most an interval's worth of refused operations' cells (3 keys each) wait for a purge.
+    assert!(
+        s.watched <= 3 * 10,
+        "{} entries left in watch lists",
+        s.watched
+    );
+    p.shutdown();
 }
