@@ -744,6 +744,11 @@ fn run_once_with(args: &Args, flags: &FlagPool) -> Report {
     // ones take fresh chunks; in `--harness-only` runs the completer logs the expiries too).
     let run = done_log::new_run();
     let completer_log = prefaulted(n);
+    // The completer's calendar, a bucket per millisecond of the timeout (4 Mi buckets, about
+    // 100 MB, for an hour): built now, so that it is in the baseline RSS too. Built on the
+    // completer's thread, it was counted in bytes per pending request, which it does not grow
+    // with.
+    let queue: CompletionQueue<Pending> = CompletionQueue::new(args.timeout + 64);
     done_log::install(run, Vec::new());
     if !args.harness_only {
         let threads = 2 + args.executors;
@@ -786,11 +791,10 @@ fn run_once_with(args: &Args, flags: &FlagPool) -> Report {
         let wake = args.completer_wake;
         let mut lags = completer_lags;
         let mut attempts = attempts;
-        let span_ms = args.timeout + 64;
+        let mut queue = queue;
         std::thread::Builder::new()
             .name("w4-completer".into())
             .spawn(move || {
-                let mut queue: CompletionQueue<Pending> = CompletionQueue::new(span_ms);
                 let mut due: Vec<(u64, Pending)> = Vec::new();
                 let mut acted: Vec<u32> = Vec::new();
                 done_log::install(run, completer_log);
