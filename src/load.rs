@@ -207,6 +207,8 @@ struct Shared {
     /// Requests the completer has logged, `--harness-only` runs only (added once per wake-up;
     /// the run waits on it and the progress display reads it).
     harness_done: AtomicU64,
+    /// Of those, the ones logged as expiries (for the progress display's expired count).
+    harness_expired: AtomicU64,
     // Totals come from the purgatory's own (per-thread striped) counters: a shared counter
     // here, bumped by the completer and the executor on every completion, cost more than the
     // purgatory's whole completion path.
@@ -787,6 +789,7 @@ fn run_once_with(args: &Args, flags: &FlagPool) -> Report {
         generating: AtomicBool::new(true),
         ready_hint: args.uses_ready_hints(),
         harness_done: AtomicU64::new(0),
+        harness_expired: AtomicU64::new(0),
     }));
 
     // The completer: completes each request at its intended time.
@@ -815,7 +818,7 @@ fn run_once_with(args: &Args, flags: &FlagPool) -> Report {
                 loop {
                     let now = start.elapsed().as_nanos() as u64;
                     queue.pop_due(now, &mut due);
-                    let mut logged = 0;
+                    let (mut logged, mut logged_expired) = (0, 0);
                     for (due_ns, (id, handle)) in due.drain(..) {
                         // Only `--harness-only` runs send expiries (flagged) to the completer.
                         let expired = id & EXPIRES != 0;
@@ -829,6 +832,7 @@ fn run_once_with(args: &Args, flags: &FlagPool) -> Report {
                             let at_ns = start.elapsed().as_nanos() as u64;
                             done_log::push(run, Done { at_ns, id, expired });
                             logged += 1;
+                            logged_expired += u64::from(expired);
                             continue;
                         }
                         match model {
@@ -845,6 +849,10 @@ fn run_once_with(args: &Args, flags: &FlagPool) -> Report {
                                 }
                             }
                         }
+                    }
+                    if logged_expired > 0 {
+                        // Before the total: a reader that sees the total sees these.
+                        shared.harness_expired.fetch_add(logged_expired, Release);
                     }
                     if logged > 0 {
                         shared.harness_done.fetch_add(logged, Release);
@@ -909,12 +917,13 @@ fn run_once_with(args: &Args, flags: &FlagPool) -> Report {
     let mut sampler = Sampler::new(args.progress);
     let counts = |issued: usize, totals: bool| -> Counts {
         if args.harness_only {
-            // Expiries are logged by the completer too, counted with the rest.
+            // Expiries are logged by the completer too, counted with the rest (completed
+            // includes them, as the purgatory's count does) and on their own.
             let done = shared.harness_done.load(Acquire);
             Counts {
                 pending: issued.saturating_sub(done as usize),
                 completed: done,
-                expired: 0,
+                expired: shared.harness_expired.load(Acquire).min(done),
             }
         } else {
             // `stats()` walks every map shard (for `watched`): only when a line is printed.
