@@ -514,6 +514,12 @@ fn validate(a: &Args) -> Result<(), String> {
     if a.completer_tick_us > a.timeout.saturating_mul(1000) {
         return Err("--completer-tick-us must not exceed --timeout".into());
     }
+    // A timer tick longer than the timeout, like a completer's: the timer expires requests only
+    // at its ticks (every expiry up to a tick late: an hour-long wait for a run of a moment at
+    // the longest tick), and the expired count's tolerance of a tick took in every request.
+    if a.tick_ms > a.timeout as f64 {
+        return Err("--tick-ms must not exceed --timeout".into());
+    }
     // The timer's own limits: a tick of at least 1 µs and at most an hour, a wheel size it
     // accepts.
     let tick_ok = (0.001..=3_600_000.0).contains(&a.tick_ms);
@@ -1829,6 +1835,25 @@ mod tests {
             spoil(&mut a);
             assert!(validate(&a).is_err(), "case {i} accepted");
         }
+    }
+
+    /// A timer tick longer than the timeout, as the completer's is: the timer can only expire
+    /// requests at its ticks, so every expiry came up to a tick late (`--tick-ms 3600000`, which
+    /// the timer accepts, made a run of a few thousand requests wait an hour), and the expired
+    /// count's tolerance (a tick under the timeout) took in every request, so the check that
+    /// expiries match the latencies passed whatever expired.
+    #[test]
+    fn a_timer_tick_longer_than_the_timeout_is_refused() {
+        let mut a = small(Model::Kafka);
+        a.tick_ms = a.timeout as f64 + 0.5;
+        assert!(validate(&a).is_err(), "tick {} ms accepted", a.tick_ms);
+        a.tick_ms = 3_600_000.0;
+        assert!(validate(&a).is_err(), "tick {} ms accepted", a.tick_ms);
+        a.tick_ms = a.timeout as f64;
+        assert!(
+            validate(&a).is_ok(),
+            "a tick as long as the timeout refused"
+        );
     }
 
     /// The per-window issue rate (the plot's) counts each window's own requests: those issued
