@@ -159,8 +159,8 @@ pub struct Args {
     /// Draw the completion-delay distribution and the achieved rate over time to this SVG file.
     #[arg(long)]
     pub plot: Option<PathBuf>,
-    /// Search for the highest rate sustained (achieved within 2% of target, checks passing),
-    /// starting from --rate.
+    /// Search for the highest rate sustained (achieved within 2% of the rate its schedule asks
+    /// for, the target up to the draws' chance, and checks passing), starting from --rate.
     #[arg(long)]
     pub find_max_rate: bool,
     /// Run the harness alone: the same arrivals, bursts, sleeps, batches, completer wake-ups
@@ -372,7 +372,8 @@ pub struct Report {
     /// Advances done for the reaper by the purgatory's callers (the generator), per second (see
     /// `system_timer::Builder::reaper_grace`).
     pub caller_advances_per_s: f64,
-    /// Achieved within 2% of target, exactly once, expired count right.
+    /// Achieved within 2% of the schedule's rate (the target, up to the draws' chance: see
+    /// `README.md`), exactly once, expired count right.
     pub sustained: bool,
     /// The harness alone with the same flags, run right after (`--baseline`).
     pub baseline: Option<Box<Report>>,
@@ -543,6 +544,10 @@ fn validate(a: &Args) -> Result<(), String> {
     // A thread each: a huge count only fails (or exhausts the machine) spawning them.
     if a.executors > MAX_EXECUTORS {
         return Err(format!("need --executors <= {MAX_EXECUTORS}"));
+    }
+    // 0 turns the display off; a negative or NaN interval did so silently.
+    if !(a.progress >= 0.0 && a.progress.is_finite()) {
+        return Err("need --progress >= 0 (seconds; 0: no progress lines)".into());
     }
     Ok(())
 }
@@ -1814,7 +1819,7 @@ mod tests {
         assert!(validate(&a).is_err());
         assert!(validate(&small(Model::Watch)).is_ok());
         // Each of these used to panic, abort on a huge allocation, hang or print NaN.
-        let bad: [fn(&mut Args); 14] = [
+        let bad: [fn(&mut Args); 17] = [
             |a| a.tick_ms = f64::INFINITY,
             |a| a.tick_ms = 1e-9,
             |a| a.wheel_size = 1_000_000_000,
@@ -1829,6 +1834,9 @@ mod tests {
             |a| a.reaper_grace_ms = f64::NAN,
             |a| a.executors = 1_000_000,
             |a| (a.keys, a.key_space) = (5, 2),
+            |a| a.progress = -1.0,
+            |a| a.progress = f64::NAN,
+            |a| a.progress = f64::INFINITY,
         ];
         for (i, spoil) in bad.iter().enumerate() {
             let mut a = small(Model::Kafka);
