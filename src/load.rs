@@ -175,6 +175,16 @@ pub struct Args {
     pub baseline: bool,
 }
 
+/// The command line's defaults (W4's default point), for runs built in code: `Args { num: 1000,
+/// ..Args::default() }`.
+impl Default for Args {
+    fn default() -> Self {
+        use clap::{Args as _, FromArgMatches as _};
+        let cmd = Args::augment_args(clap::Command::new("w4"));
+        Args::from_arg_matches(&cmd.get_matches_from(["w4"])).expect("the defaults parse")
+    }
+}
+
 impl Args {
     /// Checks use the ready test: asked for, and in the `watch` model (the only one that checks
     /// keys).
@@ -1669,24 +1679,12 @@ mod tests {
             pct50: 5.0,
             pct75: 15.0,
             timeout: 50,
-            keys: 3,
             key_space: 20,
             model,
-            tick_ms: 1.0,
-            wheel_size: 20,
             purge_interval: 100,
             executors: 1,
-            seed: 42,
             progress: 0.0,
-            json: false,
-            plot: None,
-            find_max_rate: false,
-            completer_tick_us: 1000,
-            completer_wake: CompleterWake::Generator,
-            reaper_grace_ms: 2.0,
-            ready_hint: true,
-            harness_only: false,
-            baseline: false,
+            ..Args::default()
         }
     }
 
@@ -1843,6 +1841,16 @@ mod tests {
             spoil(&mut a);
             assert!(validate(&a).is_err(), "case {i} accepted");
         }
+    }
+
+    /// `Args::default()` is what the command line gives with no flags: W4's default point.
+    #[test]
+    fn the_default_args_are_the_command_lines() {
+        let a = Args::default();
+        assert_eq!((a.num, a.rate, a.timeout), (1_000_000, 100_000.0, 200));
+        assert_eq!((a.pct50, a.pct75, a.model), (20.0, 60.0, Model::Kafka));
+        assert!(a.plot.is_none() && !a.json && !a.harness_only && a.progress == 1.0);
+        assert!(validate(&a).is_ok());
     }
 
     /// A timer tick longer than the timeout, as the completer's is: the timer can only expire

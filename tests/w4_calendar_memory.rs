@@ -1,7 +1,7 @@
 //! W4's bytes per pending request with a long timeout, in a test binary of its own: the figure
 //! is the process's RSS growth, which tests running beside it in one process would disturb.
 
-use kafka_timer::load::{run_once, Args, CompleterWake, Model};
+use kafka_timer::load::{run_once, Args};
 
 /// The completer's calendar has a bucket per millisecond of the timeout: 4 Mi buckets (about
 /// 100 MB) for the longest timeout accepted, an hour. It was built on the completer's thread
@@ -17,24 +17,8 @@ fn bytes_per_pending_leaves_out_the_completers_calendar() {
         pct50: 20.0,
         pct75: 20.0,
         timeout: 3_600_000,
-        keys: 3,
-        key_space: 100,
-        model: Model::Kafka,
-        tick_ms: 1.0,
-        wheel_size: 20,
-        reaper_grace_ms: 2.0,
-        purge_interval: 1000,
-        executors: 0,
-        seed: 42,
-        completer_tick_us: 1000,
-        ready_hint: true,
-        completer_wake: CompleterWake::Generator,
         progress: 0.0,
-        json: false,
-        plot: None,
-        find_max_rate: false,
-        harness_only: false,
-        baseline: false,
+        ..Args::default()
     };
     let r = run_once(&a);
     assert!(r.exactly_once && r.expired == 0, "{r:?}");
