@@ -8,7 +8,7 @@ use kafka_timer::churn::{
     self, ChurnFigures, ConcurrentWheelTarget, DelayQueueTarget, HeapTarget, KeyedTimerTarget,
     TimerTarget, TypedTimerTarget, WheelTarget,
 };
-use kafka_timer::measure::{at_least_1, machine_line};
+use kafka_timer::measure::{at_least_1, at_least_2, machine_line};
 
 /// With no subcommand: W4, the purgatory load generator (Kafka's TestPurgatoryPerformance shape),
 /// at the low-timeout operating point and 100,000 requests/s unless flags say otherwise.
@@ -103,8 +103,8 @@ impl Probe {
 
 #[derive(clap::Args, Debug, Clone)]
 struct W1Args {
-    /// Tasks to add.
-    #[arg(long, default_value_t = 1_000_000, value_parser = at_least_1())]
+    /// Tasks to add (at least 2: the cancel phase needs a task to cancel).
+    #[arg(long, default_value_t = 1_000_000, value_parser = at_least_2())]
     n: usize,
     /// Delay range in ms (delay = 1 + rand % range), at most 10^10.
     #[arg(long, default_value_t = 30_000, value_parser = churn::range_ms())]
@@ -128,7 +128,7 @@ struct W1Args {
 
 #[derive(clap::Args, Debug, Clone)]
 struct W5Args {
-    /// Pending counts to measure.
+    /// Pending counts to measure (each at least 2: the cancel phase needs a task to cancel).
     #[arg(long, value_delimiter = ',', default_values_t = vec![10_000, 100_000, 1_000_000, 10_000_000])]
     sizes: Vec<usize>,
     /// Runs per point (medians).
@@ -144,6 +144,21 @@ struct W5Args {
     warm: bool,
 }
 
+impl W5Args {
+    /// What clap cannot check on a list: every size at least 2 (the cancel phase cancels the
+    /// tasks with `i % 10 != 0`: one task leaves it none) and at least one run.
+    fn check(&self) -> Result<(), &'static str> {
+        if self.sizes.iter().any(|&n| n < 2) || self.runs == 0 {
+            return Err(
+                "every --sizes value must be at least 2 (the cancel phase cancels the \
+                        tasks with i % 10 != 0, and one task leaves it none) and --runs at \
+                        least 1",
+            );
+        }
+        Ok(())
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -153,8 +168,8 @@ fn main() -> ExitCode {
         Some(Cmd::W3(a)) => return kafka_timer::idle::run(&a),
         Some(Cmd::W4(a)) => return kafka_timer::load::run(&a),
         Some(Cmd::W5(a)) => {
-            if a.sizes.contains(&0) || a.runs == 0 {
-                eprintln!("error: every --sizes value and --runs must be at least 1");
+            if let Err(e) = a.check() {
+                eprintln!("error: {e}");
                 return ExitCode::from(2);
             }
             w5(&a)
@@ -415,25 +430,47 @@ mod tests {
 
     /// A zero task count or run count measured nothing, yet printed figures for it (W1 and W1x2
     /// divided by `max(1)`, W2 passed its check on no task, `--runs 0` claimed medians of 0
-    /// runs): the parser refuses them, as W5 does.
+    /// runs): the parser refuses them, as W5 does. One task (`i = 0`, kept) left W1's and
+    /// W1x2's cancel phase nothing to cancel, yet it printed a cancel ns/op: refused too.
     #[test]
     fn zero_tasks_or_runs_are_refused() {
         for args in [
             &["w1", "--n", "0"][..],
+            &["w1", "--n", "1"],
             &["w1", "--runs", "0"],
             &["w1x2", "--n", "0"],
+            &["w1x2", "--n", "1"],
             &["w1x2", "--runs", "0"],
             &["w2", "--n", "0"],
         ] {
             assert!(parse(args).is_err(), "{args:?} accepted");
         }
         for args in [
-            &["w1", "--n", "1", "--runs", "1"][..],
-            &["w1x2", "--n", "1", "--runs", "1"],
+            &["w1", "--n", "2", "--runs", "1"][..],
+            &["w1x2", "--n", "2", "--runs", "1"],
             &["w2", "--n", "1"],
         ] {
             assert!(parse(args).is_ok(), "{args:?} refused");
         }
+    }
+
+    /// W5's sizes are a list, checked after parsing: a size of 0 or 1 (no task to cancel) and
+    /// zero runs are refused; 2 is the least that measures a cancel.
+    #[test]
+    fn w5_refuses_sizes_with_nothing_to_cancel() {
+        let w5 = |args: &[&str]| match parse(&[&["w5"][..], args].concat()).unwrap().command {
+            Some(Cmd::W5(a)) => a.check(),
+            other => panic!("not w5: {other:?}"),
+        };
+        for args in [
+            &["--sizes", "0"][..],
+            &["--sizes", "10,1"],
+            &["--runs", "0"],
+        ] {
+            assert!(w5(args).is_err(), "{args:?} accepted");
+        }
+        assert_eq!(w5(&["--sizes", "2,10", "--runs", "1"]), Ok(()));
+        assert_eq!(w5(&[]), Ok(()));
     }
 
     /// `wake-cost --count 0` timed no sleep and `--period-us 0` a sleep that returns at once

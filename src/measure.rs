@@ -199,6 +199,13 @@ pub fn at_least_1() -> clap::builder::RangedU64ValueParser<usize> {
     clap::builder::RangedU64ValueParser::new().range(1..)
 }
 
+/// The parser of W1's and W1x2's task count: at least 2, since the cancel phase cancels the
+/// tasks with `i % 10 != 0` and one task (`i = 0`) would leave it nothing to cancel, yet print a
+/// cancel ns/op over none.
+pub fn at_least_2() -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::new().range(2..)
+}
+
 /// The median of a list of samples (the mean of the middle two for an even count).
 pub fn median(xs: &[f64]) -> f64 {
     let mut v = xs.to_vec();

@@ -19,7 +19,7 @@ use crate::churn::{
     self, ChurnFigures, ChurnTarget, ConcurrentWheelTarget, DelayQueueTarget, FromId, HeapTarget,
     IdTask, KeyedTimerTarget, TimerTarget, TypedTimerTarget,
 };
-use crate::measure::{at_least_1, machine_line, median, process_cpu_ns};
+use crate::measure::{at_least_1, at_least_2, machine_line, median, process_cpu_ns};
 
 /// The implementations W1x2 knows, by name.
 pub const IMPLS: &[&str] = &[
@@ -43,8 +43,9 @@ pub enum Split {
 /// Flags of `w1x2`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
-    /// Tasks to add over both threads (N/2 each).
-    #[arg(long, default_value_t = 1_000_000, value_parser = at_least_1())]
+    /// Tasks to add over both threads (N/2 each; at least 2: the cancel phase needs a task to
+    /// cancel).
+    #[arg(long, default_value_t = 1_000_000, value_parser = at_least_2())]
     pub n: usize,
     /// Delay range in ms (delay = 1 + rand % range), at most 10^10.
     #[arg(long, default_value_t = 30_000, value_parser = churn::range_ms())]
