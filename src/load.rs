@@ -116,7 +116,9 @@ pub struct Args {
     /// request after a bucket is due advances the timer on the generator's thread (the reaper
     /// sleeps through), and the reaper's own timer fires this much later. Default:
     /// the purgatory's suggestion for busy purgatories (`BUSY_REAPER_GRACE`, 2 ms); 0 (the
-    /// purgatory's default): the reaper's own timer at each bucket's time.
+    /// purgatory's default): the reaper's own timer at each bucket's time. After the last
+    /// request no new one advances the timer: the last expiries come up to this much late, and
+    /// the run lasts that much longer (at most 3,600,000).
     #[arg(long, default_value_t = purgatory::BUSY_REAPER_GRACE.as_secs_f64() * 1000.0)]
     pub reaper_grace_ms: f64,
     /// Purgatory purge interval (completed watched operations between purges).
