@@ -5,8 +5,10 @@
 //!   deadline mix (about 33 per ms, like BENCHMARKS.md W5). Adds are timed in chunks of at most
 //!   N/10 and undone untimed between chunks, so N stays put however many iterations criterion
 //!   asks for; cancels likewise.
-//! * `advance/N`: one 1 ms step at steady state: N entries due over N/33 ms; every entry that
-//!   fires is re-added at a fresh deadline, so each step does ~33 fires and ~33 adds.
+//! * `advance-1ms-step/N`: one 1 ms step at steady state, N entries pending: every entry that
+//!   fires is re-added with a delay uniform in 1..=2R ms (R = N/33 ms, W5's range: mean delay
+//!   about R), so each step does ~33 fires and ~33 adds, from the first step on (the entries are
+//!   placed as that steady state leaves them; see [`stationary_delay`]).
 #![allow(missing_docs, clippy::disallowed_methods)]
 
 use std::cmp::Reverse;
@@ -146,28 +148,54 @@ fn bench_churn<P: Pending>(c: &mut Criterion, phase: Phase, name: &str, make: fn
     g.finish();
 }
 
+/// The time left to an entry's deadline in the steady state of `advance-1ms-step`, where every
+/// fired entry is re-added with a delay uniform in `1..=span`: P(x) ∝ span − x + 1 (an entry is
+/// pending at a given instant in proportion to its delay), which the smaller of two uniform
+/// draws gives (to within 1/span). The bench used to fill uniformly in `1..=R` (W5's mix, as
+/// the churn benches) and re-add at delays in `1..=R`: ~33 fires a step at first, ~70 within R
+/// steps, settling at ~66 (n / mean delay) after a few R. Each sample restarts from the fill, so
+/// a sample's cost per step depended on how many steps it ran: samples at 10^4 (R = 300 steps)
+/// ran at ~66 fires a step, those at 10^6 (R = 30,000) at ~34, and at 10^5 it rose from 37 to
+/// 64 across the samples of one run.
+fn stationary_delay(rng: &mut SplitMix64, span: u64) -> u64 {
+    (1 + rng.next() % span).min(1 + rng.next() % span)
+}
+
 fn bench_advance<P: Pending>(c: &mut Criterion, group: &str, name: &str, make: fn() -> P) {
     let mut g = c.benchmark_group(group);
     for n in SIZES {
         g.throughput(Throughput::Elements(1));
         g.bench_with_input(BenchmarkId::new(name, n), &n, |b, &n| {
             let mut rng = SplitMix64::new(42);
-            let (mut p, _keys) = filled(make(), n, &mut rng);
-            let r = range(n);
+            // Re-adds at delays of mean ~R = range(n): ~n/R = 33 fires (and adds) per 1 ms step.
+            let span = 2 * range(n);
+            let mut p = make();
+            let _keys: Vec<P::Key> = (0..n as u64)
+                .map(|id| p.add(stationary_delay(&mut rng, span), id))
+                .collect();
             let mut now = 0u64;
             let mut next_id = n as u64;
             let mut due = Vec::new();
             b.iter_custom(|iters| {
+                let first_id = next_id;
                 let t0 = Instant::now();
                 for _ in 0..iters {
                     now += 1;
                     p.advance(now, &mut |id| due.push(id));
                     for _ in due.drain(..) {
                         next_id += 1;
-                        p.add(now + 1 + rng.next() % r, next_id);
+                        p.add(now + 1 + rng.next() % span, next_id);
                     }
                 }
-                t0.elapsed()
+                let spent = t0.elapsed();
+                // Every fire was re-added: the step did the work its name says, whatever the
+                // sample's length (a steady ~33 fires, not a ramp).
+                let per_step = (next_id - first_id) as f64 / iters as f64;
+                assert!(
+                    iters < 1_000 || (28.0..40.0).contains(&per_step),
+                    "{per_step:.1} fires per step over {iters} steps at N = {n}"
+                );
+                spent
             });
         });
     }
