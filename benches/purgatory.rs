@@ -149,10 +149,23 @@ fn check_not_ready(c: &mut Criterion) {
     g.finish();
 }
 
-/// The hand-rolled baseline's operation: a lock around (completed, timer key).
+/// The hand-rolled baseline's operation: a lock around its timer key, and a completed flag
+/// written under that lock and read without it (as the purgatory's cells do), so that dropping
+/// completed operations from a watch list takes no operation's lock.
 struct HandOp {
     ready: AtomicBool,
-    state: Mutex<(bool, Option<delay_queue::Key>)>,
+    completed: AtomicBool,
+    state: Mutex<Option<delay_queue::Key>>,
+}
+
+impl HandOp {
+    fn new() -> Arc<Self> {
+        Arc::new(HandOp {
+            ready: AtomicBool::new(false),
+            completed: AtomicBool::new(false),
+            state: Mutex::new(None),
+        })
+    }
 }
 
 struct HandRolled {
@@ -178,9 +191,10 @@ impl HandRolled {
         }
     }
 
-    fn complete(&self, st: &mut (bool, Option<delay_queue::Key>)) {
-        st.0 = true;
-        if let Some(key) = st.1.take() {
+    /// Completes `op`, whose lock the caller holds (`st`).
+    fn complete(&self, op: &HandOp, st: &mut Option<delay_queue::Key>) {
+        op.completed.store(true, Relaxed);
+        if let Some(key) = st.take() {
             self.timeouts.lock().unwrap().try_remove(&key);
         }
     }
@@ -188,18 +202,18 @@ impl HandRolled {
     fn try_complete_else_watch(&self, op: Arc<HandOp>, keys: &[u32]) -> bool {
         let mut st = op.state.lock().unwrap();
         if op.ready.load(Relaxed) {
-            self.complete(&mut st);
+            self.complete(&op, &mut st);
             return true;
         }
         for k in keys {
             self.watchers.entry(*k).or_default().push(op.clone());
         }
         if op.ready.load(Relaxed) {
-            self.complete(&mut st);
+            self.complete(&op, &mut st);
             return true;
         }
         let _g = self._rt.enter();
-        st.1 = Some(self.timeouts.lock().unwrap().insert(op.clone(), TIMEOUT));
+        *st = Some(self.timeouts.lock().unwrap().insert(op.clone(), TIMEOUT));
         false
     }
 
@@ -211,13 +225,15 @@ impl HandRolled {
         let mut done = 0;
         for op in &list {
             let mut st = op.state.lock().unwrap();
-            if !st.0 && op.ready.load(Relaxed) {
-                self.complete(&mut st);
+            if !op.completed.load(Relaxed) && op.ready.load(Relaxed) {
+                self.complete(op, &mut st);
                 done += 1;
             }
         }
+        // Each operation's lock was taken once, above; the sweep reads the flag alone (it used
+        // to take every watcher's lock a second time, which the purgatory's sweep does not).
         self.watchers.remove_if_mut(&key, |_, l| {
-            l.retain(|op| !op.state.lock().unwrap().0);
+            l.retain(|op| !op.completed.load(Relaxed));
             l.is_empty()
         });
         done
@@ -233,18 +249,11 @@ fn hand_rolled(c: &mut Criterion) {
             let mut rng = SplitMix64::new(42);
             for _ in 0..BACKGROUND {
                 let ks = keys(&mut rng, 3);
-                let op = Arc::new(HandOp {
-                    ready: AtomicBool::new(false),
-                    state: Mutex::new((false, None)),
-                });
-                h.try_complete_else_watch(op, &ks);
+                h.try_complete_else_watch(HandOp::new(), &ks);
             }
             b.iter(|| {
                 let ks = keys(&mut rng, k);
-                let op = Arc::new(HandOp {
-                    ready: AtomicBool::new(false),
-                    state: Mutex::new((false, None)),
-                });
+                let op = HandOp::new();
                 h.try_complete_else_watch(op.clone(), &ks);
                 op.ready.store(true, Relaxed);
                 let mut done = 0;
