@@ -24,7 +24,8 @@
 //!     [`cancel_for_key_of_an_unknown_key_returns_nothing`]
 //!   - `testTryCompleteWithMultipleThreads` → [`try_complete_with_multiple_threads`]
 //!   - `testSafeTryCompleteOrElse` → [`try_complete_else_watch_is_safe_try_complete_or_else`]
-//!   - `testLockInTryCompleteElseWatch` → [`second_try_runs_under_the_same_lock_hold`]
+//!   - `testLockInTryCompleteElseWatch` → [`second_try_runs_under_the_same_lock_hold`] and
+//!     [`a_check_during_the_watch_waits_for_the_second_try`] (the lock is held across the watch)
 //!   - the deleted `testTryCompleteLockContention`, with the semantics Kafka has had since
 //!     KAFKA-8334 (a check *blocks* on the operation's lock and re-evaluates; it never skips a
 //!     locked operation) → [`check_blocks_on_the_op_lock_and_re_evaluates`]
@@ -610,10 +611,11 @@ fn try_complete_else_watch_is_safe_try_complete_or_else() {
     p.check_invariants();
 }
 
-/// `testLockInTryCompleteElseWatch`: both tries of `try_complete_else_watch` run under the
-/// operation's lock, held across the watch. A check of the key that arrives once the operation
-/// is watched (between the tries) finds it, and blocks until the second try is done; it then
-/// re-evaluates and completes it. `try_complete` never runs twice at once.
+/// `testLockInTryCompleteElseWatch`: the second try of `try_complete_else_watch` runs under the
+/// operation's lock. A check of the key that arrives during the second try (the operation is
+/// watched by then) finds it, and blocks until the second try is done; it then re-evaluates
+/// and completes it. `try_complete` never runs twice at once. (That the lock is also held
+/// across the watch: [`a_check_during_the_watch_waits_for_the_second_try`].)
 #[test]
 fn second_try_runs_under_the_same_lock_hold() {
     let clock = ManualClock::new(0);
@@ -666,6 +668,140 @@ fn second_try_runs_under_the_same_lock_hold() {
         (3, 1, 0)
     );
     assert_eq!(p.delayed(), 0);
+    p.check_invariants();
+}
+
+/// A key the test can stop in the middle of a watch: `try_complete_else_watch` clones each key
+/// as it appends the operation to that key's list, and the first clone of a pausing key
+/// signals `paused` and waits for `resume`. Equal and hashed by name only.
+#[derive(Debug)]
+struct PausingKey {
+    name: &'static str,
+    pause: Option<Arc<Pause>>,
+}
+
+#[derive(Debug)]
+struct Pause {
+    armed: AtomicBool,
+    paused: std::sync::Mutex<mpsc::Sender<()>>,
+    resume: std::sync::Mutex<mpsc::Receiver<()>>,
+}
+
+impl PausingKey {
+    fn plain(name: &'static str) -> Self {
+        PausingKey { name, pause: None }
+    }
+    /// A key whose first clone pauses; with the receiver of its `paused` signal and the sender
+    /// that resumes it.
+    fn pausing(name: &'static str) -> (Self, mpsc::Receiver<()>, mpsc::Sender<()>) {
+        let (paused_tx, paused_rx) = mpsc::channel();
+        let (resume_tx, resume_rx) = mpsc::channel();
+        let pause = Pause {
+            armed: AtomicBool::new(true),
+            paused: std::sync::Mutex::new(paused_tx),
+            resume: std::sync::Mutex::new(resume_rx),
+        };
+        let key = PausingKey {
+            name,
+            pause: Some(Arc::new(pause)),
+        };
+        (key, paused_rx, resume_tx)
+    }
+}
+
+impl Clone for PausingKey {
+    fn clone(&self) -> Self {
+        if let Some(pause) = &self.pause {
+            if pause.armed.swap(false, SeqCst) {
+                pause.paused.lock().unwrap().send(()).unwrap();
+                pause
+                    .resume
+                    .lock()
+                    .unwrap()
+                    .recv_timeout(HANG)
+                    .expect("never resumed");
+            }
+        }
+        PausingKey {
+            name: self.name,
+            pause: self.pause.clone(),
+        }
+    }
+}
+
+impl PartialEq for PausingKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+impl Eq for PausingKey {}
+
+impl std::hash::Hash for PausingKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.name.hash(state);
+    }
+}
+
+/// `testLockInTryCompleteElseWatch`, the watch itself (`safeTryCompleteOrElse` holds the lock
+/// from the first try through the watch to the second try): the watch is stopped once the
+/// operation is on k1's list and before it is on k2's; the operation becomes completable and
+/// k1 is checked. The check finds it on k1's list but must wait for the lock, without calling
+/// `try_complete`; once the watch goes on, the second try completes it, and the check then
+/// finds it completed.
+#[test]
+fn a_check_during_the_watch_waits_for_the_second_try() {
+    let clock = ManualClock::new(0);
+    let p: Arc<Purgatory<PausingKey, MockOp>> = Arc::new(purgatory(&clock));
+    let mock = Mock::default();
+    let (k2, paused_rx, resume_tx) = PausingKey::pausing("k2");
+    let watcher = {
+        let (p, op) = (p.clone(), mock.op());
+        let keys = [PausingKey::plain("k1"), k2];
+        thread::spawn(move || {
+            let w = watch(&p, op, 100_000 * MS, &keys);
+            (w.completed, w.handle)
+        })
+    };
+    paused_rx
+        .recv_timeout(HANG)
+        .expect("the watch never reached k2");
+    assert_eq!(mock.tries(), 1, "only the first try so far");
+    assert_eq!(p.watched(), 1, "watched on k1, not yet on k2");
+    mock.set_completable();
+    let checker = {
+        let p = p.clone();
+        thread::spawn(move || p.check_and_complete(&PausingKey::plain("k1")))
+    };
+    thread::sleep(Duration::from_millis(50));
+    assert!(
+        !checker.is_finished(),
+        "the check did not wait for the operation's lock: it was released during the watch"
+    );
+    assert_eq!(
+        mock.tries(),
+        1,
+        "try_complete ran in the middle of the watch"
+    );
+    resume_tx.send(()).unwrap();
+    let (completed, handle) = join_all(vec![watcher], "watcher").pop().unwrap();
+    let checked = join_all(vec![checker], "checker").pop().unwrap();
+
+    assert!(
+        completed,
+        "the second try (completable by then) completed it"
+    );
+    assert_eq!(checked, 0, "the check found it completed");
+    assert!(handle.is_completed());
+    assert_eq!(
+        (mock.tries(), mock.completes(), mock.violations()),
+        (2, 1, 0)
+    );
+    assert_eq!(
+        (p.delayed(), p.watched()),
+        (0, 1),
+        "never armed; k2's entry unswept"
+    );
     p.check_invariants();
 }
 
