@@ -1310,3 +1310,35 @@ fn a_completed_operation_releases_its_payload_at_once_on_every_path() {
         assert_eq!(p.delayed(), 0, "{path:?}");
     }
 }
+
+/// An operation that gives no argument to the ready test (the trait's default `ready_arg`) is
+/// never put to it: a purgatory whose test rules every argument out still calls its
+/// `try_complete` at a check, and completes it once it is ready.
+///
+/// Catches: a default `ready_arg` that gives an argument (`Some(0)`, `Some(1)`): the test is then
+/// asked, rules the operation out, and the check loses its completion.
+#[test]
+fn an_operation_without_a_ready_arg_is_never_put_to_the_ready_test() {
+    let clock = ManualClock::new(0);
+    let asked = Arc::new(AtomicUsize::new(0));
+    let p: Purgatory<&'static str, Op> = Purgatory::builder()
+        .clock(clock.clone())
+        .reaper(false)
+        .ready_test({
+            let asked = Arc::clone(&asked);
+            move |_: &&'static str, _| {
+                asked.fetch_add(1, SeqCst);
+                false
+            }
+        })
+        .build();
+    let probe = Probe::default();
+    let w = p.try_complete_else_watch(probe.op(), LONG, &["k"]).unwrap();
+    assert_eq!(p.check_and_complete(&"k"), 0, "not ready yet");
+    assert_eq!(probe.tries(), 3, "the check called try_complete");
+    probe.set_ready();
+    assert_eq!(p.check_and_complete(&"k"), 1);
+    assert!(w.handle.is_completed());
+    assert_eq!(asked.load(SeqCst), 0, "the ready test was asked");
+    p.check_invariants();
+}
