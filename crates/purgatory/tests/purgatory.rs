@@ -1342,3 +1342,27 @@ fn an_operation_without_a_ready_arg_is_never_put_to_the_ready_test() {
     assert_eq!(asked.load(SeqCst), 0, "the ready test was asked");
     p.check_invariants();
 }
+
+/// `expiry_threads(n)` runs the expiries on the own timer's executor threads, named after the
+/// purgatory (`<name>-executor-<i>`), not on its reaper; the settings given before it are kept.
+///
+/// Catches: `expiry_threads` ignored (the reaper runs them, inline) or resetting the builder
+/// (the name given before it lost: threads named `purgatory-...`).
+#[test]
+fn expiry_threads_run_expiries_on_executor_threads_named_after_the_purgatory() {
+    let p: Purgatory<u8, NeverReady> = Purgatory::builder().name("exec").expiry_threads(2).build();
+    let a = Expiry::default();
+    let w = p
+        .try_complete_else_watch(NeverReady(a.clone()), 5 * MS, &[1])
+        .unwrap();
+    let t0 = Instant::now();
+    while a.lock().unwrap().is_none() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "never expired");
+        std::thread::sleep(MS);
+    }
+    let (on, name, _) = a.lock().unwrap().clone().unwrap();
+    assert!(name.starts_with("exec-executor-"), "expired on {name:?}");
+    assert_ne!(on, std::thread::current().id());
+    assert!(w.handle.is_completed());
+    assert_eq!(p.stats().expired, 1);
+}
