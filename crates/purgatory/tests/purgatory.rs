@@ -1366,3 +1366,37 @@ fn expiry_threads_run_expiries_on_executor_threads_named_after_the_purgatory() {
     assert!(w.handle.is_completed());
     assert_eq!(p.stats().expired, 1);
 }
+
+/// Without a reaper, expiries run on the thread that advances, even when expiry threads were
+/// asked for (`reaper(false)` makes the own timer inline): `advance` returns with the due
+/// operation expired, on the caller's thread.
+///
+/// Catches: a reaperless purgatory that keeps the executor threads (the expiry then runs on
+/// one of them, perhaps after `advance` returned).
+#[test]
+fn without_a_reaper_expiries_run_in_advance_even_with_expiry_threads() {
+    let clock = ManualClock::new(0);
+    let p: Purgatory<u8, NeverReady> = Purgatory::builder()
+        .clock(clock.clone())
+        .reaper(false)
+        .expiry_threads(2)
+        .build();
+    let a = Expiry::default();
+    let w = p
+        .try_complete_else_watch(NeverReady(a.clone()), 5 * MS, &[1])
+        .unwrap();
+    clock.advance(5 * MS);
+    assert_eq!(p.advance(), 1);
+    let (on, name, _) = a
+        .lock()
+        .unwrap()
+        .clone()
+        .expect("advance returned before the expiry ran");
+    assert_eq!(
+        on,
+        std::thread::current().id(),
+        "expired on another thread ({name:?})"
+    );
+    assert!(w.handle.is_completed());
+    assert_eq!((p.delayed(), p.stats().expired), (0, 1));
+}
