@@ -1400,3 +1400,41 @@ fn without_a_reaper_expiries_run_in_advance_even_with_expiry_threads() {
     assert!(w.handle.is_completed());
     assert_eq!((p.delayed(), p.stats().expired), (0, 1));
 }
+
+/// The public types' `Debug` output names the type and shows its state: a builder its settings,
+/// the purgatory its name and delayed count, `Watched` whether the call completed the operation,
+/// a handle whether it has completed since; a hint (an opaque closure) only its type.
+///
+/// Catches: a `Debug` impl that prints nothing.
+#[test]
+fn debug_output_names_each_type_and_shows_its_state() {
+    let clock = ManualClock::new(0);
+    let b = Purgatory::<&'static str, Op>::builder()
+        .name("dbg")
+        .clock(clock.clone())
+        .reaper(false)
+        .purge_interval(7);
+    let shown = format!("{b:?}");
+    assert!(
+        shown.starts_with("Builder {")
+            && shown.contains("name: \"dbg\"")
+            && shown.contains("reaper: false")
+            && shown.contains("purge_interval: 7"),
+        "{shown}"
+    );
+    let p = b.build();
+    let probe = Probe::default();
+    let w = p.try_complete_else_watch(probe.op(), LONG, &["a"]).unwrap();
+    assert_eq!(
+        format!("{w:?}"),
+        "Watched { completed: false, handle: OperationHandle { completed: false } }"
+    );
+    assert_eq!(format!("{p:?}"), "Purgatory { name: \"dbg\", delayed: 1 }");
+    assert!(w.handle.force_complete());
+    assert_eq!(
+        format!("{:?}", w.handle),
+        "OperationHandle { completed: true }"
+    );
+    assert_eq!(format!("{p:?}"), "Purgatory { name: \"dbg\", delayed: 0 }");
+    assert_eq!(format!("{:?}", ReadyHint::new(|| true)), "ReadyHint { .. }");
+}
