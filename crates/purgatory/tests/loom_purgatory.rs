@@ -844,7 +844,11 @@ fn expiry_races_watch() {
         assert_eq!(p.delayed(), 0, "delayed() counts an expired operation");
         assert_eq!(p.timer().len(), 0, "the timer still holds an entry");
         assert_eq!(p.stats().expired, 1);
-        p.purge();
+        assert_eq!(
+            p.purge(),
+            1,
+            "the purge reports the expired operation's cell it dropped"
+        );
         assert_eq!(p.watched(), 0);
         p.check_invariants();
         if a == 1 {
