@@ -1115,3 +1115,40 @@ fn next_expiration_reports_a_due_task_waiting_for_the_next_inline_advance() {
     assert_eq!(ran.load(SeqCst), 1);
     assert_eq!(timer.next_expiration(), Some(Duration::from_millis(60)));
 }
+
+/// The reaper's alarm (a timerfd) exists only for a timer with both a reaper and a grace: a
+/// reaper without a grace sleeps on its condvar, and a grace without a reaper has no one to
+/// wake, so neither holds a kernel timer. Counts the process's timerfds, which only a graced
+/// timer makes (no other test in this file builds one). Linux only (reads `/proc`).
+///
+/// Catches: `self.reaper && self.reaper_grace > Duration::ZERO` in `try_build` mutated to
+/// `||` (a graced timer without a reaper holds one) or to `>=` (every timer with a reaper
+/// holds one).
+#[cfg(target_os = "linux")]
+#[test]
+fn only_a_reaper_with_a_grace_holds_a_timerfd() {
+    let timerfds = || {
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+            .filter(|target| target.to_string_lossy().contains("timerfd"))
+            .count()
+    };
+    let build = |reaper: bool, grace: Duration| {
+        SystemTimer::builder()
+            .clock(ManualClock::new(0))
+            .reaper(reaper)
+            .reaper_grace(grace)
+            .inline()
+            .build()
+    };
+    let plain = build(true, Duration::ZERO);
+    assert_eq!(timerfds(), 0, "a reaper without a grace holds a timerfd");
+    let unreaped = build(false, 2 * MS);
+    assert_eq!(timerfds(), 0, "a grace without a reaper holds a timerfd");
+    let graced = build(true, 2 * MS);
+    assert_eq!(timerfds(), 1, "a reaper with a grace sleeps on its timerfd");
+    drop(graced);
+    assert_eq!(timerfds(), 0, "the timerfd is closed with its timer");
+    drop((plain, unreaped));
+}
