@@ -1152,3 +1152,22 @@ fn only_a_reaper_with_a_grace_holds_a_timerfd() {
     assert_eq!(timerfds(), 0, "the timerfd is closed with its timer");
     drop((plain, unreaped));
 }
+
+/// `is_shutdown` says false for a live timer, however it is used, and true from the shutdown
+/// on.
+///
+/// Catches: `is_shutdown` always true (the other tests only ask it after a shutdown).
+#[test]
+fn is_shutdown_is_false_until_the_timer_is_shut_down() {
+    let clock = ManualClock::new(0);
+    let timer = manual(&clock, 20);
+    assert!(!timer.is_shutdown(), "a new timer");
+    let log = Log::default();
+    timer.add(MS, log.task(&clock, 1)).unwrap();
+    timer.add(10 * MS, log.task(&clock, 2)).unwrap();
+    clock.advance(MS);
+    assert_eq!(timer.advance(), 1);
+    assert!(!timer.is_shutdown(), "a timer that ran a task");
+    assert_eq!(timer.shutdown().len(), 1);
+    assert!(timer.is_shutdown());
+}
