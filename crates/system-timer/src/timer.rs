@@ -1416,6 +1416,25 @@ pub(crate) mod tests {
         assert_eq!(ran.load(SeqCst), 200);
     }
 
+    /// `check_invariants`, the oracle of the model, loom and stress suites, panics when the task
+    /// accounting does not reconcile (here: a task counted as scheduled that is nowhere).
+    ///
+    /// Catches: `check_invariants` emptied (every suite that relies on it would pass vacuously).
+    #[test]
+    fn check_invariants_panics_when_the_accounting_does_not_reconcile() {
+        let clock = ManualClock::new(0);
+        let timer = inline_manual(&clock);
+        timer.add(Duration::from_millis(5), || ()).unwrap();
+        timer.check_invariants();
+        timer.inner.stats.immediate.fetch_add(1, SeqCst);
+        let checked =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| timer.check_invariants()));
+        assert!(
+            checked.is_err(),
+            "a scheduled task that is nowhere went unnoticed"
+        );
+    }
+
     /// A task that advances the same timer (the nested advance finds the vector taken and uses
     /// its own): every task runs exactly once, and the larger vector is kept.
     #[test]
