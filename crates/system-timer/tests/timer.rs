@@ -1171,3 +1171,29 @@ fn is_shutdown_is_false_until_the_timer_is_shut_down() {
     assert_eq!(timer.shutdown().len(), 1);
     assert!(timer.is_shutdown());
 }
+
+/// A deadline exactly one tick below the end of the clock's range is one the wheel can hold
+/// (it rounds up to the wheel's last tick): added on a clock already past it, with the wheel's
+/// time still behind it, it waits in the wheel like any other passed deadline and runs at the
+/// next advance. Only deadlines beyond it are "past the wheel's last tick" and dispatched at
+/// once on such a clock.
+///
+/// Catches: the "past the wheel's last tick" test of `schedule_with` (`deadline_ns > u64::MAX
+/// - tick_ns`) widened to `>=` (the task would be dispatched at add time).
+#[test]
+fn a_deadline_one_tick_below_the_end_of_the_clock_waits_for_an_advance() {
+    let clock = ManualClock::new(0);
+    let timer = manual(&clock, 20);
+    clock.advance(Duration::MAX);
+    let log = Log::default();
+    let at = u64::MAX - timer.tick().as_nanos() as u64;
+    let h = timer
+        .add_at(Duration::from_nanos(at), log.task(&clock, 1))
+        .unwrap();
+    assert!(h.is_pending(), "in the wheel until an advance reaches it");
+    assert_eq!(h.deadline_ns(), at);
+    assert_eq!(timer.advance(), 1);
+    assert!(h.is_fired());
+    assert_eq!(log.runs(1), [u64::MAX]);
+    timer.check_invariants();
+}
