@@ -1435,6 +1435,26 @@ pub(crate) mod tests {
         );
     }
 
+    /// A caller's help is due from the published `help_at_ns` on, that time included: a reading
+    /// one nanosecond before it leaves the publication alone, a reading equal to it claims it
+    /// (one caller advance, the publication taken).
+    ///
+    /// Catches: `now() < at` in `help` turned into `now() <= at` (help a nanosecond late).
+    #[test]
+    fn a_caller_helps_from_the_published_time_on_inclusive() {
+        let clock = ManualClock::new(0);
+        let timer = inline_manual(&clock);
+        let at = 5_000_000 + crate::reaper::HELP_MARGIN_NS;
+        // Published by hand: this timer has no reaper to do it.
+        timer.inner.help_at_ns.store(at, SeqCst);
+        assert_eq!(timer.advance_if_due_at(Duration::from_nanos(at - 1)), 0);
+        assert_eq!(timer.stats().caller_advances, 0, "helped before the time");
+        assert_eq!(timer.inner.help_at_ns.load(SeqCst), at, "claimed early");
+        timer.advance_if_due_at(Duration::from_nanos(at));
+        assert_eq!(timer.stats().caller_advances, 1, "no help at the time");
+        assert_eq!(timer.inner.help_at_ns.load(SeqCst), u64::MAX, "not claimed");
+    }
+
     /// A task that advances the same timer (the nested advance finds the vector taken and uses
     /// its own): every task runs exactly once, and the larger vector is kept.
     #[test]
