@@ -630,6 +630,39 @@ mod tests {
         }
     }
 
+    /// `rearm` (a caller that advanced the wheel moving the reaper's alarm) publishes and moves
+    /// the alarm only while no unpark is pending and none came since its caller read the epoch:
+    /// either means the reaper will look at the wheel again (an add may have queued an earlier
+    /// bucket), and a rearm then would move its wake-up past that bucket. With and without the
+    /// alarm.
+    ///
+    /// Catches: `*n || epoch changed` in `rearm` turned into `&&` (a rearm over a pending permit,
+    /// which on the alarm also clears its firing), or the epoch test inverted.
+    #[test]
+    fn rearm_yields_to_a_pending_or_later_unpark() {
+        for alarm in [false, true] {
+            let parker = super::Parker::new(alarm);
+            let hour = Some(Duration::from_secs(3600));
+            let mut published = 0;
+            parker.rearm(parker.epoch(), parker.stamp(), hour, || published += 1);
+            assert_eq!(published, 1, "no unpark since the reading: publishes");
+            // An unpark before the reading, its permit not yet taken by the reaper.
+            parker.unpark();
+            parker.rearm(parker.epoch(), parker.stamp(), hour, || published += 1);
+            assert_eq!(published, 1, "rearmed over a pending permit");
+            assert!(
+                !parker.park_reaper(parker.stamp(), hour),
+                "the permit was kept"
+            );
+            // An unpark after the reading, its permit already taken.
+            let epoch = parker.epoch();
+            parker.unpark();
+            assert!(!parker.park(Some(Duration::ZERO)));
+            parker.rearm(epoch, parker.stamp(), hour, || published += 1);
+            assert_eq!(published, 1, "rearmed after a later unpark");
+        }
+    }
+
     /// A shutdown from a task whose `<name>-shutdown` thread cannot be spawned still shuts the
     /// timer: later adds fail with `Shutdown` (they used to be accepted into a wheel nobody
     /// would advance again), and the pending task is dropped, not run.
