@@ -787,3 +787,127 @@ fn a_slow_caller_does_not_move_the_reapers_alarm_past_a_newer_earliest_bucket() 
     assert!(at >= due, "ran {:?} early", due - at);
     assert_eq!(timer.shutdown().len(), 1, "the hour-away task");
 }
+
+// ===== idle threads sleep =====
+
+/// The CPU time (user + system, in clock ticks of 10 ms) a thread has used so far, from the
+/// `stat` file of `/proc/self/task/<tid>` or `/proc/thread-self`.
+#[cfg(target_os = "linux")]
+fn cpu_ticks(stat: &std::path::Path) -> u64 {
+    let s = std::fs::read_to_string(stat).unwrap();
+    // After the command name (which may hold spaces, hence the last ')'): the state is field 3,
+    // utime field 14 and stime field 15.
+    let fields: Vec<&str> = s[s.rfind(')').unwrap() + 2..].split(' ').collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// The CPU time used so far by each thread whose name starts with `prefix`.
+#[cfg(target_os = "linux")]
+fn cpu_ticks_of_threads(prefix: &str) -> Vec<u64> {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .flatten()
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with(prefix))
+        })
+        .map(|t| cpu_ticks(&t.path().join("stat")))
+        .collect()
+}
+
+/// Half a second of wall time: a thread that spins through it uses about 50 ticks of CPU (at
+/// least several times the bound below even on a loaded machine); one that sleeps, none.
+#[cfg(target_os = "linux")]
+const IDLE_SPAN: Duration = Duration::from_millis(500);
+/// The CPU (in 10 ms ticks) a sleeping thread may be charged over [`IDLE_SPAN`]: generous.
+#[cfg(target_os = "linux")]
+const IDLE_MAX_TICKS: u64 = 10;
+
+/// The executors of an idle timer sleep: with nothing due (one far task), its two executor
+/// threads use (next to) no CPU over half a second, after running a batch each.
+///
+/// Catches: an idle executor that spins instead of sleeping on the semaphore (`acquire` that
+/// never takes its permit or never waits: `-=` turned into `+=` or `/=`, or emptied).
+#[cfg(target_os = "linux")]
+#[test]
+fn idle_executors_use_no_cpu() {
+    let timer = SystemTimer::builder()
+        .name("idlecpu")
+        .executor_threads(2)
+        .build();
+    let ran = Arc::new(AtomicUsize::new(0));
+    for _ in 0..2 {
+        let r = ran.clone();
+        timer
+            .add(MS, move || {
+                r.fetch_add(1, SeqCst);
+            })
+            .unwrap();
+    }
+    timer.add(HOUR, || ()).unwrap();
+    wait_until("the tasks never ran", || ran.load(SeqCst) == 2);
+    thread::sleep(Duration::from_millis(20)); // back to sleep
+                                              // Thread names are cut to 15 bytes in `comm`: "idlecpu-executo".
+    let before = cpu_ticks_of_threads("idlecpu-exec");
+    assert_eq!(before.len(), 2);
+    thread::sleep(IDLE_SPAN);
+    let after = cpu_ticks_of_threads("idlecpu-exec");
+    let used: u64 = after.iter().zip(&before).map(|(a, b)| a - b).sum();
+    assert!(
+        used <= IDLE_MAX_TICKS,
+        "idle executors used {used} ticks of CPU in {IDLE_SPAN:?}"
+    );
+    assert!(timer.shutdown().len() == 1);
+}
+
+/// `advance_clock` sleeps while it waits: on the system clock for its timeout with nothing
+/// queued, and on a manual clock until the clock is moved, the waiting thread uses (next to)
+/// no CPU.
+///
+/// Catches: a wait that spins instead of sleeping (`park_since` emptied, its epoch test
+/// inverted, or its timed wait skipped: the `d.is_zero()` guard made always true).
+#[cfg(target_os = "linux")]
+#[test]
+fn a_waiting_advance_clock_uses_no_cpu() {
+    let own = std::path::Path::new("/proc/thread-self/stat");
+    // The system clock: nothing queued, waits out its timeout.
+    let timer = SystemTimer::builder().reaper(false).inline().build();
+    let before = cpu_ticks(own);
+    assert!(!timer.advance_clock(IDLE_SPAN));
+    let used = cpu_ticks(own) - before;
+    assert!(
+        used <= IDLE_MAX_TICKS,
+        "advance_clock used {used} ticks of CPU waiting {IDLE_SPAN:?}"
+    );
+    // A manual clock: waits until another thread moves the clock past the limit.
+    let clock = system_timer::ManualClock::new(0);
+    let timer = Arc::new(
+        SystemTimer::builder()
+            .clock(clock.clone())
+            .reaper(false)
+            .inline()
+            .build(),
+    );
+    let t = timer.clone();
+    let waiter = thread::spawn(move || {
+        let own = std::path::Path::new("/proc/thread-self/stat");
+        let before = cpu_ticks(own);
+        let dispatched = t.advance_clock(MS);
+        (dispatched, cpu_ticks(own) - before)
+    });
+    thread::sleep(IDLE_SPAN);
+    clock.advance(2 * MS);
+    let t0 = Instant::now();
+    while !waiter.is_finished() {
+        assert!(
+            t0.elapsed() < HANG,
+            "hung: advance_clock after the clock moved"
+        );
+        thread::sleep(MS);
+    }
+    let (dispatched, used) = waiter.join().unwrap();
+    assert!(!dispatched);
+    assert!(
+        used <= IDLE_MAX_TICKS,
+        "advance_clock used {used} ticks of CPU waiting for the manual clock"
+    );
+}
