@@ -1455,6 +1455,56 @@ pub(crate) mod tests {
         assert_eq!(timer.inner.help_at_ns.load(SeqCst), u64::MAX, "not claimed");
     }
 
+    /// With a grace, a reaper that finds nothing queued withdraws its call for help
+    /// (`help_at_ns` back to `u64::MAX`): once it has run the only task itself, a caller of
+    /// `advance_if_due` finds nothing to claim, and no caller advance is counted.
+    ///
+    /// Catches: the reaper's `grace_ns > 0` test before that withdrawal mutated to `==` or `<`
+    /// (the stale time stays published, and the next caller claims an empty advance).
+    #[test]
+    #[allow(clippy::disallowed_methods)] // hang timeouts on the real clock
+    fn a_reaper_with_nothing_queued_withdraws_its_call_for_help() {
+        let clock = ManualClock::new(0);
+        let timer = SystemTimer::builder()
+            .clock(clock.clone())
+            .reaper_grace(Duration::from_millis(2))
+            .inline()
+            .build();
+        let ran = Arc::new(AtomicUsize::new(0));
+        let r = ran.clone();
+        timer
+            .add(Duration::from_millis(5), move || {
+                r.fetch_add(1, SeqCst);
+            })
+            .unwrap();
+        let help_at = || timer.inner.help_at_ns.load(SeqCst);
+        let published = 5_000_000 + crate::reaper::HELP_MARGIN_NS;
+        let t0 = std::time::Instant::now();
+        while help_at() != published {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "the reaper never published"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // The move wakes the reaper, which runs the task itself and finds nothing queued.
+        clock.advance(Duration::from_millis(10));
+        let t0 = std::time::Instant::now();
+        while ran.load(SeqCst) == 0 || help_at() != u64::MAX {
+            if t0.elapsed() > Duration::from_secs(2) {
+                break; // the assertions below say what went wrong
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(ran.load(SeqCst), 1, "the reaper never ran the task");
+        assert_eq!(timer.advance_if_due_at(timer.now()), 0);
+        assert_eq!(
+            timer.stats().caller_advances,
+            0,
+            "a caller claimed an advance with nothing queued"
+        );
+    }
+
     /// A task that advances the same timer (the nested advance finds the vector taken and uses
     /// its own): every task runs exactly once, and the larger vector is kept.
     #[test]
