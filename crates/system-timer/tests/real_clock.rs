@@ -845,8 +845,8 @@ fn idle_executors_use_no_cpu() {
     }
     timer.add(HOUR, || ()).unwrap();
     wait_until("the tasks never ran", || ran.load(SeqCst) == 2);
-    thread::sleep(Duration::from_millis(20)); // back to sleep
-                                              // Thread names are cut to 15 bytes in `comm`: "idlecpu-executo".
+    // Let them go back to sleep. Thread names are cut to 15 bytes in `comm`: "idlecpu-executo".
+    thread::sleep(Duration::from_millis(20));
     let before = cpu_ticks_of_threads("idlecpu-exec");
     assert_eq!(before.len(), 2);
     thread::sleep(IDLE_SPAN);
