@@ -8,7 +8,7 @@ use kafka_timer::churn::{
     self, ChurnFigures, ConcurrentWheelTarget, DelayQueueTarget, HeapTarget, KeyedTimerTarget,
     TimerTarget, TypedTimerTarget, WheelTarget,
 };
-use kafka_timer::measure::{at_least_1, at_least_2, machine_line};
+use kafka_timer::measure::{at_least, machine_line};
 
 /// With no subcommand: W4, the purgatory load generator (Kafka's TestPurgatoryPerformance shape),
 /// at the low-timeout operating point and 100,000 requests/s unless flags say otherwise.
@@ -104,13 +104,13 @@ impl Probe {
 #[derive(clap::Args, Debug, Clone)]
 struct W1Args {
     /// Tasks to add (at least 2: the cancel phase needs a task to cancel).
-    #[arg(long, default_value_t = 1_000_000, value_parser = at_least_2())]
+    #[arg(long, default_value_t = 1_000_000, value_parser = at_least(2))]
     n: usize,
     /// Delay range in ms (delay = 1 + rand % range), at most 10^10.
     #[arg(long, default_value_t = 30_000, value_parser = churn::range_ms())]
     range_ms: u64,
     /// Runs per implementation (the table shows medians).
-    #[arg(long, default_value_t = 3, value_parser = at_least_1())]
+    #[arg(long, default_value_t = 3, value_parser = at_least(1))]
     runs: usize,
     /// Implementations, comma separated.
     #[arg(long, value_delimiter = ',',

@@ -193,17 +193,12 @@ pub fn wake_cost(period: Duration, count: u32) -> (f64, Duration) {
     .expect("wake-cost thread")
 }
 
-/// The parser of a count flag that must be at least 1 (a task count, a run count): zero would
-/// measure nothing and still print figures.
-pub fn at_least_1() -> clap::builder::RangedU64ValueParser<usize> {
-    clap::builder::RangedU64ValueParser::new().range(1..)
-}
-
-/// The parser of W1's and W1x2's task count: at least 2, since the cancel phase cancels the
-/// tasks with `i % 10 != 0` and one task (`i = 0`) would leave it nothing to cancel, yet print a
-/// cancel ns/op over none.
-pub fn at_least_2() -> clap::builder::RangedU64ValueParser<usize> {
-    clap::builder::RangedU64ValueParser::new().range(2..)
+/// The parser of a count flag that must be at least `min`: a task count or run count of zero
+/// would measure nothing and still print figures; W1's, W1x2's and W5's task counts need 2
+/// (the cancel phase cancels the tasks with `i % 10 != 0`, and one task, `i = 0`, would leave it
+/// nothing to cancel, yet print a cancel ns/op over none).
+pub fn at_least(min: u64) -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::new().range(min..)
 }
 
 /// The median of a list of samples (the mean of the middle two for an even count).

@@ -19,7 +19,7 @@ use crate::churn::{
     self, ChurnFigures, ChurnTarget, ConcurrentWheelTarget, DelayQueueTarget, FromId, HeapTarget,
     IdTask, KeyedTimerTarget, TimerTarget, TypedTimerTarget,
 };
-use crate::measure::{at_least_1, at_least_2, machine_line, median, process_cpu_ns};
+use crate::measure::{at_least, machine_line, median, process_cpu_ns};
 
 /// The implementations W1x2 knows, by name.
 pub const IMPLS: &[&str] = &[
@@ -45,13 +45,13 @@ pub enum Split {
 pub struct Args {
     /// Tasks to add over both threads (N/2 each; at least 2: the cancel phase needs a task to
     /// cancel).
-    #[arg(long, default_value_t = 1_000_000, value_parser = at_least_2())]
+    #[arg(long, default_value_t = 1_000_000, value_parser = at_least(2))]
     pub n: usize,
     /// Delay range in ms (delay = 1 + rand % range), at most 10^10.
     #[arg(long, default_value_t = 30_000, value_parser = churn::range_ms())]
     pub range_ms: u64,
     /// Runs per implementation, each a W1 run and a W1x2 run (the table shows medians).
-    #[arg(long, default_value_t = 3, value_parser = at_least_1())]
+    #[arg(long, default_value_t = 3, value_parser = at_least(1))]
     pub runs: usize,
     /// Which tasks each thread takes.
     #[arg(long, value_enum, default_value_t = Split::Interleaved)]

@@ -39,7 +39,7 @@ pub const IMPLS: &[&str] = &[
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
     /// Tasks to add.
-    #[arg(long, default_value_t = 100_000, value_parser = crate::measure::at_least_1())]
+    #[arg(long, default_value_t = 100_000, value_parser = crate::measure::at_least(1))]
     pub n: usize,
     /// Delay range in ms (delay = 1 + rand % range), at most 10^10.
     #[arg(long, default_value_t = 2_000, value_parser = crate::churn::range_ms())]
