@@ -10,6 +10,13 @@ use kafka_timer::churn::{
 };
 use kafka_timer::measure::{at_least, machine_line};
 
+/// jemalloc instead of the system allocator with feature `jemalloc` (off by default; see
+/// Cargo.toml): W4 recycles a purgatory cell per request, and glibc's free lists live inside the
+/// freed (cold) chunks.
+#[cfg(all(feature = "jemalloc", not(target_env = "msvc")))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// With no subcommand: W4, the purgatory load generator (Kafka's TestPurgatoryPerformance shape),
 /// at the low-timeout operating point and 100,000 requests/s unless flags say otherwise.
 #[derive(Parser, Debug)]
@@ -160,6 +167,8 @@ impl W5Args {
 }
 
 fn main() -> ExitCode {
+    #[cfg(all(feature = "jemalloc", not(target_env = "msvc")))]
+    kafka_timer::measure::set_allocator("jemalloc");
     let cli = Cli::parse();
     match cli.command {
         Some(Cmd::W1(a)) => w1(&a),

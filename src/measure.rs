@@ -134,7 +134,17 @@ fn status_kb(field: &str) -> u64 {
     status_field(std::path::Path::new("/proc/self/status"), field)
 }
 
-/// `nproc`, the CPU model and the kernel: the machine line reports carry.
+/// The process's global allocator as [`set_allocator`] recorded it.
+static ALLOCATOR: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+
+/// Records the name of the process's global allocator for [`machine_line`] (the load
+/// generator's `main` does, when it runs on jemalloc); the first call wins.
+pub fn set_allocator(name: &'static str) {
+    let _ = ALLOCATOR.set(name);
+}
+
+/// `nproc`, the CPU model, the kernel and the global allocator ("system" unless
+/// [`set_allocator`] said otherwise): the machine line reports carry.
 pub fn machine_line() -> String {
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     let model = fs::read_to_string("/proc/cpuinfo")
@@ -148,7 +158,8 @@ pub fn machine_line() -> String {
     let kernel = fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_string())
         .unwrap_or_default();
-    format!("nproc {cpus}, {model}, Linux {kernel}")
+    let allocator = ALLOCATOR.get().copied().unwrap_or("system");
+    format!("nproc {cpus}, {model}, Linux {kernel}, allocator {allocator}")
 }
 
 /// An empty vector with room for `n` elements whose memory has been written (every page
@@ -215,6 +226,18 @@ pub fn median(xs: &[f64]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Reports must say which allocator their figures were taken on (`--features jemalloc`
+    /// changes W4's): no test here calls `set_allocator`, so a test process reports "system"
+    /// (CI's smoke checks the jemalloc build's line).
+    #[test]
+    fn machine_line_names_the_allocator() {
+        assert!(
+            machine_line().ends_with(", allocator system"),
+            "{}",
+            machine_line()
+        );
+    }
 
     #[test]
     fn cpu_time_grows_with_work() {
