@@ -344,3 +344,88 @@ impl<T> fmt::Debug for TimingWheel<T> {
             .finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A consistent wheel (checked) with entries in a level-0 bucket (expiration 5) and a level-1
+    /// bucket (slot 1, expiration 20); tick 1, size 20.
+    fn wheel() -> TimingWheel<()> {
+        let mut wheel = TimingWheel::new(1, 20, 0).unwrap();
+        wheel.add(5, ()).unwrap();
+        wheel.add(30, ()).unwrap();
+        wheel.check_invariants();
+        wheel
+    }
+
+    /// The marker index of the queued bucket due at `expiration`.
+    fn marker_of(wheel: &TimingWheel<()>, expiration: u64) -> usize {
+        let b = wheel
+            .queue
+            .iter()
+            .find(|b| b.expiration() == expiration)
+            .unwrap();
+        wheel.shard.geometry().marker_index(b.level(), b.slot())
+    }
+
+    // The tests below break one invariant each behind the wheel's back: `check_invariants` must
+    // notice. If it (or `check_queue`) checked nothing, every test that leans on it as its
+    // oracle would pass whatever the wheel did.
+
+    /// A bucket pushed onto the expiry queue a second time is reported.
+    #[test]
+    #[should_panic(expected = "queued twice")]
+    fn check_invariants_reports_a_bucket_queued_twice() {
+        let mut wheel = wheel();
+        let b = wheel.queue.peek().unwrap();
+        wheel.queue.push(b);
+        wheel.check_invariants();
+    }
+
+    /// A queued bucket whose marker says another expiration is reported.
+    #[test]
+    #[should_panic(expected = "has a different marker")]
+    fn check_invariants_reports_a_queued_bucket_with_another_marker() {
+        let mut wheel = wheel();
+        let i = marker_of(&wheel, 20);
+        wheel.markers[i] = 40;
+        wheel.check_invariants();
+    }
+
+    /// A non-empty bucket missing from the queue (its marker still set) is reported: its entries
+    /// would never fire.
+    #[test]
+    #[should_panic(expected = "is not queued")]
+    fn check_invariants_reports_a_non_empty_bucket_not_queued() {
+        let mut wheel = wheel();
+        assert_eq!(wheel.queue.pop_due(5).map(|b| b.expiration()), Some(5));
+        wheel.check_invariants();
+    }
+
+    /// A non-empty bucket queued (and marked) under another incarnation's expiration is
+    /// reported: it would be flushed at the wrong time.
+    #[test]
+    #[should_panic(expected = "queued under another expiration")]
+    fn check_invariants_reports_a_bucket_queued_under_another_expiration() {
+        let mut wheel = wheel();
+        let i = marker_of(&wheel, 5);
+        assert_eq!(wheel.queue.pop_due(5).map(|b| b.expiration()), Some(5));
+        // The same slot's next incarnation: level 0, slot 5, expiration 25.
+        let later = wheel.shard.geometry().place_at(0, 25);
+        wheel.queue.push(later);
+        wheel.markers[i] = 25;
+        wheel.check_invariants();
+    }
+
+    /// A marker left set for a bucket that is not in the queue is reported: the next add to that
+    /// bucket would not queue it.
+    #[test]
+    #[should_panic(expected = "marked 7 but not queued")]
+    fn check_invariants_reports_a_stray_marker() {
+        let mut wheel = wheel();
+        let i = wheel.shard.geometry().marker_index(0, 7);
+        wheel.markers[i] = 7;
+        wheel.check_invariants();
+    }
+}
