@@ -246,6 +246,22 @@ fn wheels_at_the_configuration_limits_schedule_and_fire() {
     }
 }
 
+/// `{:?}` of a wheel shows its shape and state, each field with its own value (tick, size, time
+/// rounded down to the tick, pending entries, levels, queued buckets), for logs and failing
+/// assertions: an empty or mislabelled Debug output would hide them.
+#[test]
+fn debug_output_shows_the_wheel_state() {
+    let mut wheel = TimingWheel::new(10, 4, 25).unwrap();
+    wheel.add(35, 'a').unwrap(); // level 0, due at 40
+    wheel.add(100, 'b').unwrap(); // level 1 (window [0, 160)), bucket [80, 120)
+    wheel.add(120, 'c').unwrap(); // level 1, bucket [120, 160)
+    assert_eq!(
+        format!("{wheel:?}"),
+        "TimingWheel { tick: 10, wheel_size: 4, current_time: 20, len: 3, levels: 2, \
+         queued_buckets: 3 }"
+    );
+}
+
 // ===== the ends of time =====
 
 /// Deadlines up to `u64::MAX` and start times up to the end of the `u64` range never overflow
