@@ -497,6 +497,27 @@ mod tests {
         }
     }
 
+    /// `round_up` saturates at `max_expiration` for a deadline past the last representable tick,
+    /// whatever the tick (with a tick dividing `u64::MAX`, such as 3, plain rounding would give
+    /// `u64::MAX`, the queue's `NOT_QUEUED` marker; with 10 it would overflow). Placement answers
+    /// `Never` before it rounds such a deadline, so only this test holds the function to its
+    /// contract: a fast path taken for a tick of 1 only would break it.
+    #[test]
+    fn round_up_saturates_past_the_last_tick() {
+        for (tick, size) in [(1, 20), (3, 3), (10, 4), (1000, 20)] {
+            let g = Geometry::new(tick, size).unwrap();
+            let max = g.max_expiration;
+            for d in [max, max + 1, u64::MAX - 1, u64::MAX] {
+                assert_eq!(g.round_up(d), max, "tick {tick} deadline {d}");
+            }
+            assert_eq!(
+                g.round_up(max - tick + 1),
+                max,
+                "tick {tick}: up to the last tick"
+            );
+        }
+    }
+
     #[test]
     fn coarse_ticks_round_deadlines_up() {
         let g = Geometry::new(10, 4).unwrap();
