@@ -786,6 +786,25 @@ fn concurrent_values_are_dropped_exactly_once() {
     }
 }
 
+/// A concurrent wheel reports itself closed only once `close` has run: before, it is open and
+/// takes adds; after, it is closed and refuses them. A guard that always said "closed" would
+/// make callers treat a working wheel as shut down.
+#[test]
+fn concurrent_wheel_is_closed_only_after_close() {
+    let cw = ConcurrentWheel::with_shards(1, 20, 0, 2).unwrap();
+    assert!(!cw.lock().is_closed(), "a new wheel reported closed");
+    cw.add(5, 'a').unwrap();
+    assert!(
+        !cw.lock().is_closed(),
+        "a wheel with entries reported closed"
+    );
+    let mut back = Vec::new();
+    cw.lock().close(|f| back.push(f.value));
+    assert_eq!(back, ['a']);
+    assert!(cw.lock().is_closed(), "not closed after close");
+    assert!(matches!(cw.add(5, 'b'), Err(AddError::Closed('b'))));
+}
+
 // ===== concurrency =====
 
 /// What one adder thread did.
