@@ -826,4 +826,18 @@ mod tests {
         }
         a.check_accounting();
     }
+
+    /// `{:?}` of a key shows its index and generation (not the state bits); a reused node's key
+    /// shows the next generation.
+    #[test]
+    fn entry_key_debug_shows_index_and_generation() {
+        let mut a: Arena<u32> = Arena::new();
+        a.alloc_sentinels(2);
+        let k = a.alloc(1, 1);
+        assert_eq!(format!("{k:?}"), "EntryKey(2v0)");
+        assert_eq!(a.release(k.index), 1);
+        let k2 = a.alloc(2, 2);
+        assert_eq!(format!("{k2:?}"), "EntryKey(2v1)");
+        assert_eq!(a.release(k2.index), 2);
+    }
 }
