@@ -840,4 +840,50 @@ mod tests {
         assert_eq!(format!("{k2:?}"), "EntryKey(2v1)");
         assert_eq!(a.release(k2.index), 2);
     }
+
+    /// `check_accounting` panics on each broken bookkeeping invariant (it is what every test's
+    /// final check relies on: a check that never fires would pass a drifted count). Values are
+    /// `u32`, so no corruption below can leak or double-drop.
+    #[test]
+    fn check_accounting_reports_each_broken_invariant() {
+        fn fails_with(a: &Arena<u32>, want: &str) {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| a.check_accounting()));
+            let err = r.expect_err(&format!("check_accounting passed; expected \"{want}\""));
+            let msg = err
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| err.downcast_ref::<&str>().copied())
+                .unwrap_or("");
+            assert!(msg.contains(want), "expected \"{want}\", got: {msg}");
+        }
+        let mut a: Arena<u32> = Arena::new();
+        a.alloc_sentinels(1);
+        let live = a.alloc(1, 1);
+        let freed = a.alloc(2, 2);
+        assert_eq!(a.release(freed.index), 2);
+        a.check_accounting();
+
+        a.pending += 1;
+        fails_with(&a, "pending count drifted");
+        a.pending -= 1;
+
+        a.sentinels += 1;
+        fails_with(&a, "sentinel count drifted");
+        a.sentinels -= 1;
+
+        a.retired += 1;
+        fails_with(&a, "vacant nodes neither free nor retired");
+        a.retired -= 1;
+
+        // A pending node on the free list.
+        a.node_mut(freed.index).next = live.index;
+        fails_with(&a, "free list holds a non-vacant node");
+        // A free list that loops back on itself.
+        a.node_mut(freed.index).next = freed.index;
+        fails_with(&a, "free list cycle");
+        a.node_mut(freed.index).next = NIL;
+
+        a.check_accounting();
+        assert_eq!(a.release(live.index), 1);
+    }
 }
