@@ -886,4 +886,19 @@ mod tests {
         a.check_accounting();
         assert_eq!(a.release(live.index), 1);
     }
+
+    /// `{:?}` of an arena shows its node, pending and retired counts.
+    #[test]
+    fn arena_debug_shows_its_counts() {
+        let mut a: Arena<u32> = Arena::new();
+        a.alloc_sentinels(1);
+        let k1 = a.alloc(1, 1);
+        let k2 = a.alloc(2, 2);
+        assert_eq!(a.hand_back(k1.index), 1);
+        assert_eq!(
+            format!("{a:?}"),
+            "Arena { nodes: 3, pending: 1, retired: 1 }"
+        );
+        assert_eq!(a.release(k2.index), 2);
+    }
 }
