@@ -901,4 +901,23 @@ mod tests {
         );
         assert_eq!(a.release(k2.index), 2);
     }
+
+    /// A key whose index is at or past the arena's nodes (a key of another, larger wheel) is
+    /// not pending and reports `Gone`: the index check comes first, so no node past the end is
+    /// read (`<=` there would read node `len` and panic out of bounds).
+    #[test]
+    fn a_key_past_the_nodes_is_not_pending_and_gone() {
+        let mut a: Arena<u32> = Arena::new();
+        let k = a.alloc(1, 1);
+        for index in [k.index + 1, k.index + 2] {
+            let key = EntryKey {
+                index,
+                stamp: k.stamp,
+            };
+            assert!(!a.is_pending(key), "key {key:?} past the nodes is pending");
+            assert_eq!(a.key_state(key), KeyState::Gone);
+        }
+        assert!(a.is_pending(k));
+        assert_eq!(a.release(k.index), 1);
+    }
 }
