@@ -920,4 +920,22 @@ mod tests {
         assert!(a.is_pending(k));
         assert_eq!(a.release(k.index), 1);
     }
+
+    /// `reserved_bytes` counts whole pages in bytes: no page before the first node, then one
+    /// page of `PAGE_SIZE` nodes (a `+` or `/` for the last `*` would still grow with the
+    /// pages, so only the exact count catches it).
+    #[test]
+    fn reserved_bytes_counts_whole_pages_of_nodes() {
+        let node = std::mem::size_of::<Node<u64>>();
+        let mut a: Arena<u64> = Arena::new();
+        assert_eq!(a.reserved_bytes(), 0);
+        let k = a.alloc(1, 1);
+        assert_eq!(a.reserved_bytes(), PAGE_SIZE * node);
+        assert_eq!(a.release(k.index), 1);
+        assert_eq!(
+            a.reserved_bytes(),
+            PAGE_SIZE * node,
+            "a release frees no page"
+        );
+    }
 }
