@@ -10,9 +10,8 @@ use kafka_timer::churn::{
 };
 use kafka_timer::measure::{at_least, machine_line};
 
-/// jemalloc instead of the system allocator with feature `jemalloc` (off by default; see
-/// Cargo.toml): W4 recycles a purgatory cell per request, and glibc's free lists live inside the
-/// freed (cold) chunks.
+/// jemalloc instead of the system allocator with feature `jemalloc` (off by default): why, and
+/// what it changes, in the dependency's comment in Cargo.toml.
 #[cfg(all(feature = "jemalloc", not(target_env = "msvc")))]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
