@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use timing_wheel::{
-    AddError, ConcurrentWheel, ConfigError, EntryHandle, TimingWheel, MAX_SHARDS, MAX_WHEEL_SIZE,
+    AddError, ConcurrentWheel, ConfigError, EntryHandle, TimingWheel, WheelKey, MAX_SHARDS,
+    MAX_WHEEL_SIZE,
 };
 
 /// splitmix64.
@@ -803,6 +804,40 @@ fn concurrent_wheel_is_closed_only_after_close() {
     assert_eq!(back, ['a']);
     assert!(cw.lock().is_closed(), "not closed after close");
     assert!(matches!(cw.add(5, 'b'), Err(AddError::Closed('b'))));
+}
+
+/// A `WheelKey` reports its entry's state through the wheel, as an `EntryHandle` does: pending
+/// with its deadline until the entry ends, then neither pending nor with a deadline, and handed
+/// back only if a close took it out (not when it was cancelled or fired). `WheelKey::NONE`
+/// names no entry.
+#[test]
+fn wheel_key_reports_its_entry_state() {
+    let cw = ConcurrentWheel::with_shards(1, 20, 0, 2).unwrap();
+    let add = |d, v| cw.add_keyed(d, v).unwrap().handle;
+    let (cancelled, fired, closed) = (add(10, 'c'), add(20, 'f'), add(300, 'h'));
+    // (is_pending, deadline, is_handed_back)
+    let state = |k| (cw.is_pending(k), cw.deadline(k), cw.is_handed_back(k));
+    assert_eq!(state(cancelled), (true, Some(10), false));
+    assert_eq!(state(fired), (true, Some(20), false));
+    assert_eq!(state(closed), (true, Some(300), false));
+
+    assert_eq!(cw.cancel(cancelled), Some('c'));
+    assert_eq!(state(cancelled), (false, None, false), "cancelled");
+    let mut out = Vec::new();
+    cw.lock().advance(20, |f| out.push((f.key, f.value)));
+    assert_eq!(out, [(fired.entry_key(), 'f')]);
+    assert_eq!(state(fired), (false, None, false), "fired");
+    assert_eq!(state(closed), (true, Some(300), false));
+    cw.lock().close(|_| {});
+    assert_eq!(state(closed), (false, None, true), "handed back");
+    assert_eq!(
+        state(cancelled),
+        (false, None, false),
+        "cancelled, after the close"
+    );
+
+    assert_eq!(state(WheelKey::NONE), (false, None, false));
+    assert_eq!(cw.cancel(WheelKey::NONE), None);
 }
 
 // ===== concurrency =====
