@@ -750,3 +750,38 @@ impl<T> fmt::Debug for WheelGuard<'_, T> {
             .finish()
     }
 }
+
+// Not under loom (threads and locks outside a model). Two attributes, not `cfg(all(..))`:
+// cargo-mutants recognises only a plain `#[cfg(test)]` as test code.
+#[cfg(test)]
+#[cfg(not(loom))]
+mod tests {
+    use super::*;
+
+    /// `add_keyed` schedules on the calling thread's shard, the one `add` uses from the same
+    /// thread. Checked on fresh threads until one has a hint with bit 1 set (so past a 2-shard
+    /// wheel's count): there a mask other than `hint & (shards - 1)` picks the other shard or one
+    /// that does not exist.
+    #[test]
+    fn add_keyed_uses_the_shard_add_uses_on_the_same_thread() {
+        let wheel = ConcurrentWheel::with_shards(1, 20, 0, 2).unwrap();
+        let reached = std::thread::scope(|s| {
+            (0..1_000).any(|_| {
+                s.spawn(|| {
+                    let handle = wheel.add(10, ()).unwrap().handle;
+                    let key = wheel.add_keyed(10, ()).unwrap().handle;
+                    assert!(
+                        Arc::ptr_eq(&handle.cell, &wheel.shards[key.shard as usize]),
+                        "thread hint {}: add_keyed used shard {}, add another",
+                        thread_hint(),
+                        key.shard
+                    );
+                    thread_hint() & 2 != 0
+                })
+                .join()
+                .unwrap()
+            })
+        });
+        assert!(reached, "no thread got a hint with bit 1 set");
+    }
+}
