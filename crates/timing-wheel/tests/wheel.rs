@@ -216,6 +216,17 @@ fn boundary_configurations_are_accepted() {
     assert!(wheel.shards().is_power_of_two() && wheel.shards() <= MAX_SHARDS);
 }
 
+/// `ConcurrentWheel::new` takes the documented default shard count: twice the machine's
+/// parallelism (as the process may use it: `taskset` lowers it), rounded up to a power of two,
+/// at most `MAX_SHARDS`.
+#[test]
+fn default_shard_count_is_twice_the_parallelism_rounded_up() {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let want = (2 * cpus).next_power_of_two().min(MAX_SHARDS);
+    let wheel = ConcurrentWheel::<()>::new(1, 20, 0).unwrap();
+    assert_eq!(wheel.shards(), want, "{cpus} CPUs");
+}
+
 /// A wheel at the size limits schedules and fires on time: size 2, `MAX_WHEEL_SIZE`, and ticks
 /// so coarse that the first level's span is `u64::MAX - 1` (two levels) or exactly `u64::MAX`
 /// (`tick = u64::MAX / size` for a size dividing `u64::MAX`: a single, unbounded level).
