@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use timing_wheel::{
-    AddError, ConcurrentWheel, ConfigError, EntryHandle, TimingWheel, WheelKey, MAX_SHARDS,
-    MAX_WHEEL_SIZE,
+    AddError, ConcurrentWheel, ConfigError, EntryHandle, TimingWheel, WheelCounts, WheelKey,
+    MAX_SHARDS, MAX_WHEEL_SIZE,
 };
 
 /// splitmix64.
@@ -849,6 +849,51 @@ fn wheel_key_reports_its_entry_state() {
 
     assert_eq!(state(WheelKey::NONE), (false, None, false));
     assert_eq!(cw.cancel(WheelKey::NONE), None);
+}
+
+/// A `WheelGuard` reports the whole wheel, summed over its shards: pending entries, buckets
+/// queued, storage reserved (each shard's: a new shard already has a page of nodes) and what
+/// happened to the entries so far.
+#[test]
+fn wheel_guard_reports_the_state_of_every_shard() {
+    let page = ConcurrentWheel::<char>::with_shards(1, 20, 0, 1)
+        .unwrap()
+        .lock()
+        .reserved_bytes();
+    assert!(page > 1, "a one-shard wheel reserves {page} bytes");
+    let cw = ConcurrentWheel::with_shards(1, 20, 0, 2).unwrap();
+    // (len, is_empty, queued_buckets, reserved_bytes)
+    let state = || {
+        let g = cw.lock();
+        let reserved = g.reserved_bytes();
+        (g.len(), g.is_empty(), g.queued_buckets(), reserved)
+    };
+    assert_eq!(state(), (0, true, 0, 2 * page), "new wheel");
+    cw.add_on_shard(0, 5, 'a').unwrap();
+    assert_eq!(state(), (1, false, 1, 2 * page), "one entry");
+    cw.add_on_shard(1, 5, 'b').unwrap();
+    cw.add_on_shard(1, 30, 'c').unwrap(); // level 1, a bucket due at 20
+    let d = cw.add_on_shard(1, 6, 'd').unwrap().handle;
+    assert_eq!(state(), (4, false, 3, 2 * page), "entries on both shards");
+
+    d.cancel().unwrap();
+    let mut guard = cw.lock();
+    assert_eq!(guard.advance(5, |_| {}), 2);
+    let expected = WheelCounts {
+        added: 4,
+        fired: 2,
+        cancelled: 1,
+        handed_back: 0,
+    };
+    assert_eq!(guard.counts(), expected, "after an advance");
+    guard.close(|_| {});
+    let closed = WheelCounts {
+        handed_back: 1,
+        ..expected
+    };
+    assert_eq!(guard.counts(), closed, "after a close");
+    drop(guard);
+    assert_eq!(state(), (0, true, 0, 2 * page), "closed");
 }
 
 // ===== concurrency =====
