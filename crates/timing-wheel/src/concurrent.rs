@@ -784,4 +784,59 @@ mod tests {
         });
         assert!(reached, "no thread got a hint with bit 1 set");
     }
+
+    /// A consistent wheel (checked) of two shards, tick 1, size 20: shard 0 has an entry at 450
+    /// (level 2, a bucket due at 400), shard 1 one at 5 (level 0, a bucket due at 5).
+    fn two_shards() -> ConcurrentWheel<()> {
+        let wheel = ConcurrentWheel::with_shards(1, 20, 0, 2).unwrap();
+        wheel.add_on_shard(0, 450, ()).unwrap();
+        wheel.add_on_shard(1, 5, ()).unwrap();
+        wheel.lock().check_invariants();
+        wheel
+    }
+
+    // The tests below break one invariant of the sharded wheel each behind its back:
+    // `check_invariants` must notice. If it checked nothing, every test that leans on it as its
+    // oracle would pass whatever the wheel did.
+
+    /// A shard whose clock has moved without the others is reported.
+    #[test]
+    #[should_panic(expected = "shards disagree on the time")]
+    fn check_invariants_reports_shards_on_different_times() {
+        let wheel = two_shards();
+        let mut guard = wheel.lock();
+        guard.shards[1].advance_clock(3);
+        guard.check_invariants();
+    }
+
+    /// A lock-free length mirror that differs from its shard's count is reported: `len()` would
+    /// be wrong.
+    #[test]
+    #[should_panic(expected = "len mirror drifted")]
+    fn check_invariants_reports_a_drifted_len_mirror() {
+        let wheel = two_shards();
+        wheel.shards[1].len.store(2, Ordering::Relaxed);
+        wheel.lock().check_invariants();
+    }
+
+    /// A non-empty bucket of a shard other than the first missing from the shared queue is
+    /// reported: every shard's buckets are checked against it.
+    #[test]
+    #[should_panic(expected = "is not queued")]
+    fn check_invariants_reports_a_bucket_of_the_second_shard_not_queued() {
+        let wheel = two_shards();
+        let mut guard = wheel.lock();
+        assert_eq!(guard.queue.pop_due(5).map(|b| b.expiration()), Some(5));
+        guard.check_invariants();
+    }
+
+    /// A shared marker left set for a bucket that is not queued is reported: the next add to
+    /// that bucket, on any shard, would not queue it.
+    #[test]
+    #[should_panic(expected = "marked 7 but not queued")]
+    fn check_invariants_reports_a_stray_marker() {
+        let wheel = two_shards();
+        wheel.markers[wheel.geo.marker_index(0, 7)].store(7, Ordering::Relaxed);
+        wheel.lock().check_invariants();
+    }
 }
