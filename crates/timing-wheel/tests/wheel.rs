@@ -274,6 +274,29 @@ fn debug_output_shows_the_wheel_state() {
     );
 }
 
+/// The same for the concurrent wheel, its guard and a handle: the wheel shows its shape, shards
+/// and pending entries; the guard the time, pending entries and queued buckets; the handle its
+/// entry's key.
+#[test]
+fn concurrent_debug_output_shows_the_wheel_state() {
+    let cw = ConcurrentWheel::with_shards(10, 4, 25, 2).unwrap();
+    let a = cw.add_on_shard(1, 35, 'a').unwrap().handle; // level 0, due at 40
+    cw.add_on_shard(0, 100, 'b').unwrap(); // level 1, bucket [80, 120)
+    cw.add_on_shard(0, 120, 'c').unwrap(); // level 1, bucket [120, 160)
+    assert_eq!(
+        format!("{cw:?}"),
+        "ConcurrentWheel { tick: 10, wheel_size: 4, shards: 2, len: 3 }"
+    );
+    assert_eq!(
+        format!("{:?}", cw.lock()),
+        "WheelGuard { current_time: 20, len: 3, queued_buckets: 3 }"
+    );
+    assert_eq!(
+        format!("{a:?}"),
+        format!("EntryHandle {{ key: {:?} }}", a.key())
+    );
+}
+
 // ===== the ends of time =====
 
 /// Deadlines up to `u64::MAX` and start times up to the end of the `u64` range never overflow
