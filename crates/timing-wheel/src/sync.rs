@@ -96,3 +96,23 @@ mod imp {
 }
 
 pub(crate) use imp::*;
+
+// Not under loom (threads outside a model). Two attributes, not `cfg(all(..))`: cargo-mutants
+// recognises only a plain `#[cfg(test)]` as test code.
+#[cfg(test)]
+#[cfg(not(loom))]
+mod tests {
+    use super::*;
+
+    /// A thread keeps one hint for all its calls, and two threads get different hints (so the
+    /// concurrent wheel's `add` puts them on different shards while there are enough).
+    #[test]
+    fn each_thread_keeps_a_hint_of_its_own() {
+        let mine = thread_hint();
+        assert_eq!(thread_hint(), mine, "this thread's hint changed");
+        let [first, second] =
+            std::thread::scope(|s| s.spawn(|| [thread_hint(), thread_hint()]).join().unwrap());
+        assert_eq!(first, second, "the other thread's hint changed");
+        assert_ne!(first, mine, "two threads share hint {mine}");
+    }
+}
