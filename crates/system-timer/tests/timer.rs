@@ -1012,6 +1012,25 @@ fn dropping_a_handle_does_not_cancel_its_task() {
     );
 }
 
+/// A handle's `Debug` shows its deadline (ns) and whether the task is still pending.
+///
+/// Catches: `Debug for TimerHandle` emptied (writing nothing).
+#[test]
+fn a_handles_debug_shows_its_deadline_and_whether_it_is_pending() {
+    let clock = ManualClock::new(0);
+    let timer = manual(&clock, 20);
+    let h = timer.add(5 * MS, || ()).unwrap();
+    assert_eq!(
+        format!("{h:?}"),
+        "TimerHandle { deadline_ns: 5000000, pending: true }"
+    );
+    assert!(h.cancel());
+    assert_eq!(
+        format!("{h:?}"),
+        "TimerHandle { deadline_ns: 5000000, pending: false }"
+    );
+}
+
 /// The counters a user reads: scheduled, fired, cancelled, pending, the buckets in the expiry
 /// queue, the levels, and the lateness distribution, all exact on the manual clock. A task due
 /// at 10 ms that a runner picks up at 13 ms is 3 ms late.
