@@ -663,6 +663,22 @@ mod tests {
         }
     }
 
+    /// `try_acquire` (an executor that received a batch without sleeping for it) takes the
+    /// permit sent with the batch when there is one, and leaves none behind to cost an idle
+    /// executor an empty look; with none, it takes nothing and does not wait.
+    ///
+    /// Catches: `try_acquire` emptied (permits pile up while the executors are busy).
+    #[test]
+    fn try_acquire_takes_one_permit_if_there_is_one() {
+        let sem = super::Semaphore::default();
+        sem.release(2);
+        sem.try_acquire();
+        assert_eq!(*sem.permits.lock(), 1, "took one of two permits");
+        sem.try_acquire();
+        sem.try_acquire();
+        assert_eq!(*sem.permits.lock(), 0, "none left, none owed");
+    }
+
     /// A shutdown from a task whose `<name>-shutdown` thread cannot be spawned still shuts the
     /// timer: later adds fail with `Shutdown` (they used to be accepted into a wheel nobody
     /// would advance again), and the pending task is dropped, not run.
