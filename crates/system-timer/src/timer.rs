@@ -1507,6 +1507,23 @@ pub(crate) mod tests {
         );
     }
 
+    /// The `Debug` of a timer's threads says whether it has a reaper and how many executors;
+    /// after shutdown (which takes them to join them), neither.
+    ///
+    /// Catches: `Debug for Threads` emptied (writing nothing).
+    #[test]
+    fn the_threads_debug_shows_the_reaper_and_the_executor_count() {
+        let clock = ManualClock::new(0);
+        let timer = SystemTimer::builder()
+            .clock(clock.clone())
+            .executor_threads(2)
+            .build();
+        let threads = || format!("{:?}", *timer.threads.lock());
+        assert_eq!(threads(), "Threads { reaper: true, executors: 2 }");
+        timer.shutdown();
+        assert_eq!(threads(), "Threads { reaper: false, executors: 0 }");
+    }
+
     /// A task that advances the same timer (the nested advance finds the vector taken and uses
     /// its own): every task runs exactly once, and the larger vector is kept.
     #[test]
