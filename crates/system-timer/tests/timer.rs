@@ -877,6 +877,36 @@ fn wait_until(cond: impl Fn() -> bool) {
     }
 }
 
+/// Without a grace (the default) the reaper never calls for help: after it has slept with a
+/// bucket queued, a caller of `advance_if_due_at`, even with a reading past that bucket, finds
+/// nothing to claim and counts no caller advance. On the manual clock, so that the reaper surely
+/// sleeps with the bucket queued (on the real clock it may find the bucket due first, and
+/// `advance_if_due_without_a_grace_does_nothing` then cannot tell).
+///
+/// Catches: the reaper publishing its bucket's time (`help_at`) without a grace (its
+/// `grace_ns > 0` guard mutated to `true` or to `>=`).
+#[test]
+fn a_reaper_without_a_grace_never_calls_for_help() {
+    let clock = ManualClock::new(0);
+    let timer = SystemTimer::builder().clock(clock.clone()).inline().build();
+    let hour = Duration::from_secs(3600);
+    timer.add(hour, || ()).unwrap();
+    // At most one wake-up counted from here ends a sleep begun before the add (with nothing
+    // queued); the sleep the second one ends began after a look that found the bucket queued,
+    // which is when the reaper would publish. Each small move wakes it; nothing comes due.
+    let wakeups = timer.stats().reaper_wakeups;
+    wait_until(|| {
+        clock.advance(Duration::from_micros(1));
+        timer.stats().reaper_wakeups >= wakeups + 2
+    });
+    assert_eq!(timer.advance_if_due_at(2 * hour), 0);
+    assert_eq!(
+        timer.stats().caller_advances,
+        0,
+        "a caller advanced for a reaper without a grace"
+    );
+}
+
 /// The key API: a key cancels its pending task exactly once (true, the task never runs, the
 /// memory and the cap slot are given back); after the task ran, or was handed back, a cancel
 /// through the key loses; a key of another timer, or of a task already due when added, matches
