@@ -52,3 +52,23 @@ impl<Op> fmt::Display for WatchError<Op> {
 }
 
 impl<Op> std::error::Error for WatchError<Op> {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An operation with no `Debug` of its own.
+    struct Opaque;
+
+    /// `Debug` names the variant and hides the operation (which need not be `Debug`).
+    #[test]
+    fn debug_names_the_variant_without_the_operation() {
+        let texts = [
+            WatchError::NoKeys(Opaque),
+            WatchError::Shutdown(Opaque),
+            WatchError::Full(Opaque),
+        ]
+        .map(|e| format!("{e:?}"));
+        assert_eq!(texts, ["NoKeys(..)", "Shutdown(..)", "Full(..)"]);
+    }
+}
