@@ -128,3 +128,27 @@ mod imp {
 }
 
 pub(crate) use imp::*;
+
+// Not under loom (threads outside a model). Two attributes, not `cfg(all(..))`: cargo-mutants
+// recognises only a plain `#[cfg(test)]` as test code.
+#[cfg(test)]
+#[cfg(not(loom))]
+mod tests {
+    use super::*;
+
+    /// Round-robin hints: threads that ask in turn each get a number of their own, kept for
+    /// every later call (so the operations' counters and common references spread over stripes).
+    #[test]
+    fn threads_get_distinct_hints_that_they_keep() {
+        let mut seen = vec![thread_hint()];
+        for _ in 0..3 {
+            let (first, again) = std::thread::spawn(|| (thread_hint(), thread_hint()))
+                .join()
+                .unwrap();
+            assert_eq!(first, again, "a thread's hint changed between calls");
+            assert!(!seen.contains(&first), "hint {first} given twice: {seen:?}");
+            seen.push(first);
+        }
+        assert_eq!(seen[0], thread_hint(), "the test thread's hint changed");
+    }
+}
