@@ -151,4 +151,20 @@ mod tests {
         }
         assert_eq!(seen[0], thread_hint(), "the test thread's hint changed");
     }
+
+    /// `in_callbacks` holds while a marker lives, through nested markers, and no longer once
+    /// the outermost one is dropped (a later shutdown on this thread then joins its timer).
+    #[test]
+    fn in_callbacks_holds_while_a_marker_lives() {
+        assert!(!in_callbacks(), "outside any callbacks");
+        let outer = InCallbacks::enter();
+        assert!(in_callbacks());
+        drop(InCallbacks::enter());
+        assert!(
+            in_callbacks(),
+            "the nested marker's drop ended the outer one"
+        );
+        drop(outer);
+        assert!(!in_callbacks(), "still marked after the last marker's drop");
+    }
 }
