@@ -94,3 +94,31 @@ impl<T> fmt::Display for AddError<T> {
 }
 
 impl<T> std::error::Error for AddError<T> {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A value with no `Debug` of its own.
+    struct Opaque;
+
+    /// `Debug` names the variant and hides the value; `Display` says why it was refused.
+    #[test]
+    fn add_error_debug_and_display_name_the_reason_without_the_value() {
+        let debug = [AddError::Expired(Opaque), AddError::Closed(Opaque)].map(|e| format!("{e:?}"));
+        assert_eq!(debug, ["Expired(..)", "Closed(..)"]);
+        let display = [AddError::Expired(Opaque), AddError::Closed(Opaque)].map(|e| e.to_string());
+        assert_eq!(
+            display,
+            ["deadline already reached", "timing wheel is closed"]
+        );
+    }
+
+    /// `is_expired` is true for an entry already due and false for one refused by a closed
+    /// wheel (which must not be run at once as a due one would).
+    #[test]
+    fn is_expired_tells_a_due_entry_from_a_closed_wheel() {
+        assert!(AddError::Expired(Opaque).is_expired());
+        assert!(!AddError::Closed(Opaque).is_expired());
+    }
+}
