@@ -93,3 +93,40 @@ impl From<timing_wheel::ConfigError> for BuildError {
         BuildError::Wheel(e)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A task with no `Debug` of its own.
+    struct Opaque;
+
+    /// `Debug` names the variant and hides the task (which need not be `Debug`).
+    #[test]
+    fn schedule_error_debug_names_the_variant_without_the_task() {
+        let texts = [ScheduleError::Shutdown(Opaque), ScheduleError::Full(Opaque)]
+            .map(|e| format!("{e:?}"));
+        assert_eq!(texts, ["Shutdown(..)", "Full(..)"]);
+    }
+
+    /// `Display` says why the task was refused.
+    #[test]
+    fn schedule_error_display_says_why() {
+        let texts =
+            [ScheduleError::Shutdown(Opaque), ScheduleError::Full(Opaque)].map(|e| e.to_string());
+        assert_eq!(
+            texts,
+            ["timer is shut down", "timer is full (max_pending reached)"]
+        );
+    }
+
+    /// `is_shutdown` and `is_full` each hold for their own variant only (a caller retries a
+    /// full timer, never a shut-down one).
+    #[test]
+    fn is_shutdown_and_is_full_tell_the_variants_apart() {
+        let shutdown = ScheduleError::Shutdown(Opaque);
+        assert!(shutdown.is_shutdown() && !shutdown.is_full());
+        let full = ScheduleError::Full(Opaque);
+        assert!(full.is_full() && !full.is_shutdown());
+    }
+}
