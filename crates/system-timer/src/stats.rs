@@ -285,4 +285,15 @@ mod tests {
         assert_eq!(s.mean_ns, (1 << 63) + (1 << 62) - 1, "{s:?}");
         assert_eq!(s.max_ns, u64::MAX);
     }
+
+    /// A histogram's `Debug` is that of its snapshot (what `SystemTimer::stats` reports).
+    #[test]
+    fn histogram_debug_shows_its_snapshot() {
+        let h = Histogram::new();
+        h.record(5);
+        h.record(7);
+        let snapshot = h.snapshot();
+        assert_eq!(snapshot.count, 2, "{snapshot:?}");
+        assert_eq!(format!("{h:?}"), format!("{snapshot:?}"));
+    }
 }
