@@ -102,3 +102,20 @@ impl fmt::Debug for Task {
         f.write_str("Task { .. }")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `Debug` of a task shows neither closure nor shared object, whichever it holds.
+    #[test]
+    fn task_debug_is_opaque() {
+        struct Noop;
+        impl SharedTask for Noop {
+            fn run_shared(self: Arc<Self>) {}
+        }
+        let boxed = format!("{:?}", Task::new(|| ()));
+        let shared = format!("{:?}", Task::from_arc(Arc::new(Noop)));
+        assert_eq!([boxed, shared], ["Task { .. }", "Task { .. }"]);
+    }
+}
