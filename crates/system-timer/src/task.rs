@@ -118,4 +118,15 @@ mod tests {
         let shared = format!("{:?}", Task::from_arc(Arc::new(Noop)));
         assert_eq!([boxed, shared], ["Task { .. }", "Task { .. }"]);
     }
+
+    /// Any `FnOnce() + Send` closure is a `TimerTask` (a timer may take closures as its task
+    /// type), and its `run` calls it.
+    #[test]
+    fn a_closure_runs_as_a_timer_task() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let ran = Arc::new(AtomicBool::new(false));
+        let r = Arc::clone(&ran);
+        TimerTask::run(move || r.store(true, Ordering::SeqCst));
+        assert!(ran.load(Ordering::SeqCst), "the closure did not run");
+    }
 }
