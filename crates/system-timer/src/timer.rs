@@ -716,7 +716,9 @@ impl<T: TimerTask> SystemTimer<T> {
     ///     std::thread::sleep(Duration::from_millis(1));
     ///     timer.advance_if_due(); // this thread keeps the wheel's time; the reaper sleeps
     /// }
-    /// assert_eq!(timer.stats().caller_advances, 1);
+    /// // The caller advanced: once, or more if the wheel's time lagged behind the clock when the
+    /// // task was added (a busy machine) and its bucket first had to be cascaded down.
+    /// assert!(timer.stats().caller_advances >= 1);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[inline]
