@@ -597,6 +597,54 @@ mod fast {
             }
         }
     }
+
+    /// The counter-based reading's parts, driven directly (the process's own source is shared by
+    /// every test of the binary, so those that steer it use a source of their own).
+    #[cfg(test)]
+    mod fast_tests {
+        use std::time::Duration;
+
+        use super::*;
+
+        /// `real` reads the monotonic clock in nanoseconds after `base`.
+        #[test]
+        fn real_reads_the_nanoseconds_since_base() {
+            let base = Instant::now();
+            std::thread::sleep(Duration::from_millis(2));
+            let r = real(base);
+            let elapsed = base.elapsed();
+            assert!(r >= 2_000_000, "{r} ns after a 2 ms sleep");
+            assert!(u128::from(r) <= elapsed.as_nanos(), "{r} ns > {elapsed:?}");
+        }
+
+        /// A bracket is a real reading taken between two counter reads, the counter not going
+        /// back and the two at most `BRACKET_CYCLES` apart; most brackets are not preempted.
+        #[test]
+        fn a_bracket_is_a_real_reading_between_two_close_counter_reads() {
+            let counter = quanta::Clock::new();
+            let base = Instant::now();
+            std::thread::sleep(Duration::from_millis(2));
+            let mut brackets = 0;
+            for _ in 0..100 {
+                let lo = real(base);
+                let Some((before, m, after)) = bracket(&counter, base) else {
+                    continue;
+                };
+                let hi = real(base);
+                assert!(before <= after, "the counter went back: {before} > {after}");
+                assert!(
+                    after - before <= BRACKET_CYCLES,
+                    "{before}..{after} too wide"
+                );
+                assert!((lo..=hi).contains(&m), "reading {m} outside {lo}..={hi}");
+                brackets += 1;
+            }
+            assert!(
+                brackets > 0,
+                "a hundred brackets, each preempted eight times"
+            );
+        }
+    }
 }
 
 /// A clock that moves only when told to: for deterministic tests of the timer, reaper included.
