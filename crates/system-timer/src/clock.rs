@@ -644,6 +644,40 @@ mod fast {
                 "a hundred brackets, each preempted eight times"
             );
         }
+
+        /// `CLOCK_BOOTTIME` (the monotonic clock plus the time suspended) never reads behind
+        /// `CLOCK_MONOTONIC` read before it.
+        #[cfg(target_os = "linux")]
+        #[test]
+        fn the_boot_clock_reads_at_or_after_the_monotonic_clock() {
+            use rustix::time::{clock_gettime, ClockId};
+            let mono = clock_gettime(ClockId::Monotonic);
+            let boot = boot_ns().expect("CLOCK_BOOTTIME unreadable");
+            let mono_ns = u64::try_from(mono.tv_sec).unwrap() * 1_000_000_000
+                + u64::try_from(mono.tv_nsec).unwrap();
+            assert!(boot >= mono_ns, "boot clock {boot} < monotonic {mono_ns}");
+        }
+
+        /// `boot_ahead` is how far the boot clock is ahead of `real(base)`, to within
+        /// `BOOT_READ_NS` above, and is read whenever the thread is not preempted throughout.
+        #[cfg(target_os = "linux")]
+        #[test]
+        fn boot_ahead_is_the_boot_clocks_lead_over_the_real_clock() {
+            let base = Instant::now();
+            for _ in 0..10 {
+                let m1 = real(base);
+                let boot = boot_ns().unwrap();
+                let ahead = boot_ahead(base).expect("eight reads in a row preempted");
+                let m2 = real(base);
+                // The true lead is within [boot − m2, boot − m1].
+                assert!(
+                    ahead >= boot - m2 && ahead <= boot - m1 + BOOT_READ_NS,
+                    "lead {ahead} outside {}..={}",
+                    boot - m2,
+                    boot - m1 + BOOT_READ_NS
+                );
+            }
+        }
     }
 }
 
