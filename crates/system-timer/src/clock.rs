@@ -606,6 +606,20 @@ mod fast {
 
         use super::*;
 
+        /// A source of its own, with the counter and nothing calibrated yet, whose clock source
+        /// is next read again at `next_check_ns`.
+        fn own_source(next_check_ns: u64) -> Source {
+            Source {
+                base: Instant::now(),
+                counter: Some(quanta::Clock::new()),
+                withdrawn: AtomicBool::new(false),
+                next_check_ns: AtomicU64::new(next_check_ns),
+                start: Mutex::new(None),
+                mult: AtomicU64::new(0),
+                max_age: AtomicU64::new(0),
+            }
+        }
+
         /// `real` reads the monotonic clock in nanoseconds after `base`.
         #[test]
         fn real_reads_the_nanoseconds_since_base() {
@@ -677,6 +691,21 @@ mod fast {
                     boot - m1 + BOOT_READ_NS
                 );
             }
+        }
+
+        /// A refresh reads the kernel's clock source again only once the next check is due,
+        /// and then schedules the next one `RECHECK_NS` after its own reading: at most once a
+        /// second.
+        #[test]
+        fn the_clock_source_is_read_again_only_when_due_then_a_second_later() {
+            let next = |src: &Source| src.next_check_ns.load(Ordering::Relaxed);
+            let src = own_source(5 * RECHECK_NS);
+            recheck(&src, 5 * RECHECK_NS - 1);
+            assert_eq!(next(&src), 5 * RECHECK_NS, "checked before it was due");
+            recheck(&src, 5 * RECHECK_NS);
+            assert_eq!(next(&src), 6 * RECHECK_NS, "not checked when due");
+            recheck(&src, 6 * RECHECK_NS + 7);
+            assert_eq!(next(&src), 7 * RECHECK_NS + 7, "not checked when overdue");
         }
     }
 }
