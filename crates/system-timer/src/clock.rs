@@ -707,6 +707,60 @@ mod fast {
             recheck(&src, 6 * RECHECK_NS + 7);
             assert_eq!(next(&src), 7 * RECHECK_NS + 7, "not checked when overdue");
         }
+
+        /// A calibration reading with a suspend next to it (the boot clock's lead moved by
+        /// more than `SUSPEND_NS` since `boot_before`) is not used, not even as the first point;
+        /// a clean one becomes the first point (the counter after it, the lead before it); a
+        /// clean one 10 ms later sets the bound from the two, and `max_age` to the counter
+        /// units in `MAX_AGE_NS` by that bound (rounded down).
+        #[cfg(target_os = "linux")]
+        #[test]
+        fn calibrate_keeps_clean_readings_and_sets_the_bound_and_max_age() {
+            let src = own_source(RECHECK_NS);
+            let lead = boot_ahead(src.base).expect("eight reads in a row preempted");
+            let hour_ns = 3_600_000_000_000;
+            calibrate(&src, lead + hour_ns, (1_000, 5_000_000, 1_100));
+            assert!(
+                src.start.lock().is_none(),
+                "a reading next to a suspend was used"
+            );
+
+            calibrate(&src, lead, (1_000, 5_000_000, 1_100));
+            let first = src.start.lock().expect("a clean reading was not kept");
+            assert_eq!(
+                (first.counter, first.m, first.boot_ahead),
+                (1_100, 5_000_000, lead)
+            );
+            assert_eq!(
+                src.mult.load(Ordering::Relaxed),
+                0,
+                "calibrated from one point"
+            );
+
+            let last = (31_000_000, 15_000_000, 31_000_100);
+            calibrate(&src, lead, last);
+            let Calibration::Bound(bound) = calibration(
+                first,
+                Point {
+                    counter: last.0,
+                    m: last.1,
+                    boot_ahead: lead,
+                },
+            ) else {
+                panic!("no bound from a clean 10 ms interval");
+            };
+            let (mult, max_age) = (
+                src.mult.load(Ordering::Relaxed),
+                src.max_age.load(Ordering::Relaxed),
+            );
+            assert_eq!(mult, bound);
+            let age_ns = u128::from(MAX_AGE_NS) << 32;
+            assert!(
+                u128::from(max_age) * u128::from(mult) <= age_ns
+                    && u128::from(max_age + 1) * u128::from(mult) > age_ns,
+                "max_age {max_age} is not MAX_AGE_NS by the bound {mult}"
+            );
+        }
     }
 }
 
