@@ -1017,6 +1017,90 @@ mod tests {
         );
     }
 
+    /// A first and a later calibration point, `elapsed_ns` of monotonic time and `cycles`
+    /// counter units apart, the boot clock's lead moved by `boot_moved_ns` between them.
+    fn calibration_points(
+        elapsed_ns: u64,
+        cycles: u64,
+        boot_moved_ns: u64,
+    ) -> (fast::Point, fast::Point) {
+        let start = fast::Point {
+            counter: 7_000_000_000,
+            m: 5_000_000,
+            boot_ahead: 1_000_000,
+        };
+        let end = fast::Point {
+            counter: start.counter + cycles,
+            m: start.m + elapsed_ns,
+            boot_ahead: start.boot_ahead + boot_moved_ns,
+        };
+        (start, end)
+    }
+
+    /// The boot clock's lead may move by up to `SUSPEND_NS` (10 µs: twice the error of a
+    /// reading of it) between the calibration's points and the interval is still used; one
+    /// nanosecond more and it is thrown away as a suspend.
+    #[test]
+    fn a_calibration_restarts_only_when_the_boot_lead_moved_more_than_10_us() {
+        use fast::{calibration, Calibration};
+        let bound = |moved| {
+            let (start, end) = calibration_points(10_000_000, 30_000_000, moved);
+            match calibration(start, end) {
+                Calibration::Bound(_) => true,
+                Calibration::Restart => false,
+                Calibration::Wait => panic!("a clean 10 ms interval waits"),
+            }
+        };
+        assert!(
+            bound(10_000),
+            "a 10 µs move of the lead is taken for a suspend"
+        );
+        assert!(
+            !bound(10_001),
+            "a move past 10 µs is not taken for a suspend"
+        );
+    }
+
+    /// A calibration waits until its points are 10 ms of monotonic time apart, and while the
+    /// counter has not moved forward between them.
+    #[test]
+    fn a_calibration_waits_for_10_ms_and_a_counter_that_moved_forward() {
+        use fast::{calibration, Calibration};
+        let decide = |elapsed, cycles| {
+            let (start, end) = calibration_points(elapsed, cycles, 0);
+            calibration(start, end)
+        };
+        assert_eq!(decide(9_999_999, 30_000_000), Calibration::Wait);
+        assert!(matches!(
+            decide(10_000_000, 30_000_000),
+            Calibration::Bound(_)
+        ));
+        assert_eq!(decide(20_000_000, 0), Calibration::Wait);
+    }
+
+    /// The bound is the interval's ns per counter unit widened by `MARGIN_PPM`, rounded up: at
+    /// or above it, and above it by no more than the rounding.
+    #[test]
+    fn the_calibrated_bound_is_the_widened_rate_rounded_up() {
+        let (start, end) = calibration_points(10_000_000, 33_333_333, 0);
+        let fast::Calibration::Bound(mult) = fast::calibration(start, end) else {
+            panic!("no bound from a clean interval");
+        };
+        // mult / 2^32 ≥ 10 ms × (1 + margin) / cycles, by less than 3 units of the last place
+        // (two roundings up).
+        let widened = (u128::from(10_000_000u64) << 32) * u128::from(1_000_000 + fast::MARGIN_PPM);
+        let cycles_ppm = u128::from(33_333_333u64) * 1_000_000;
+        let mult = u128::from(mult);
+        assert!(
+            mult * cycles_ppm >= widened,
+            "{mult} below the widened rate"
+        );
+        assert!(
+            (mult - 3) * cycles_ppm < widened,
+            "{mult} above the widened rate"
+        );
+    }
+
     #[test]
     fn huge_advances_saturate() {
         let c = ManualClock::new(0);
