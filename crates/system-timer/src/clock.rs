@@ -1101,6 +1101,19 @@ mod tests {
         );
     }
 
+    /// Moving a manual clock drops the subscribers that are gone.
+    #[test]
+    fn moving_a_manual_clock_drops_its_dead_subscribers() {
+        let c = ManualClock::new(0);
+        let live: Arc<dyn Fn() + Send + Sync> = Arc::new(|| ());
+        let gone: Arc<dyn Fn() + Send + Sync> = Arc::new(|| ());
+        c.subscribe(Arc::downgrade(&live));
+        c.subscribe(Arc::downgrade(&gone));
+        drop(gone);
+        c.advance(Duration::from_millis(1));
+        assert_eq!(c.inner.wakers.lock().len(), 1);
+    }
+
     #[test]
     fn huge_advances_saturate() {
         let c = ManualClock::new(0);
