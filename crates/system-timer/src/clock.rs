@@ -1114,6 +1114,13 @@ mod tests {
         assert_eq!(c.inner.wakers.lock().len(), 1);
     }
 
+    /// A manual clock's `Debug` shows its time.
+    #[test]
+    fn a_manual_clocks_debug_shows_its_time() {
+        let c = ManualClock::new(3);
+        assert_eq!(format!("{c:?}"), "ManualClock { now_ns: 3000000 }");
+    }
+
     #[test]
     fn huge_advances_saturate() {
         let c = ManualClock::new(0);
