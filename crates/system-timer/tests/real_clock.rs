@@ -209,6 +209,20 @@ fn deadline_base_is_an_upper_bound_of_the_clock() {
     );
 }
 
+/// The counter is trusted exactly where the kernel keeps time with it itself: Linux with the
+/// `tsc` or `arch_sys_counter` clock source.
+#[test]
+fn the_counter_is_trusted_exactly_where_the_kernel_keeps_time_with_it() {
+    let source =
+        std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+            .unwrap_or_default();
+    assert_eq!(
+        SystemClock::counter_trusted(),
+        matches!(source.trim(), "tsc" | "arch_sys_counter"),
+        "clock source {source:?}"
+    );
+}
+
 /// After the counter's calibration, 10,000 tasks added through keys (`add_keyed`, whose
 /// deadlines come from the counter-based reading) on two threads: none runs before `instant
 /// taken just before its add + delay`, in nanoseconds; every one runs exactly once.
