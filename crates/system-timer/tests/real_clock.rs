@@ -209,6 +209,20 @@ fn deadline_base_is_an_upper_bound_of_the_clock() {
     );
 }
 
+/// Waits (reading deadlines, which drive the calibration) until the cycle counter is
+/// calibrated; false at once where the kernel does not keep time with the counter.
+fn counter_calibrated() -> bool {
+    if !SystemClock::counter_trusted() {
+        return false;
+    }
+    let clock = SystemClock::new();
+    wait_until("the counter's calibration", || {
+        clock.deadline_base_ns();
+        SystemClock::counter_calibrated()
+    });
+    true
+}
+
 /// The counter is trusted exactly where the kernel keeps time with it itself: Linux with the
 /// `tsc` or `arch_sys_counter` clock source.
 #[test]
@@ -221,6 +235,22 @@ fn the_counter_is_trusted_exactly_where_the_kernel_keeps_time_with_it() {
         matches!(source.trim(), "tsc" | "arch_sys_counter"),
         "clock source {source:?}"
     );
+}
+
+/// `SystemClock::exact` takes its deadline bases from the real clock, even once the counter
+/// is calibrated: a base is never ahead of the clock read just after it.
+#[test]
+fn an_exact_clock_takes_deadline_bases_from_the_real_clock() {
+    counter_calibrated();
+    let clock = SystemClock::exact();
+    for _ in 0..10_000 {
+        let base = clock.deadline_base_ns();
+        let after = clock.now_ns();
+        assert!(
+            base <= after,
+            "deadline base {base} ahead of the clock {after}"
+        );
+    }
 }
 
 /// After the counter's calibration, 10,000 tasks added through keys (`add_keyed`, whose
