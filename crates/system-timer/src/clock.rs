@@ -1121,6 +1121,23 @@ mod tests {
         assert_eq!(format!("{c:?}"), "ManualClock { now_ns: 3000000 }");
     }
 
+    /// A system clock's sleep for a deadline is the deadline minus its own reading at the call:
+    /// between the deadline less a reading after and the deadline less a reading before.
+    #[test]
+    fn a_system_clock_sleeps_for_the_time_left_to_the_deadline() {
+        let c = SystemClock::new();
+        let deadline = c.now_ns() + 1_000_000_000;
+        let before = c.now_ns();
+        let sleep = duration_ns(c.sleep_for(deadline).expect("no real-time bound"));
+        let after = c.now_ns();
+        assert!(
+            (deadline - after..=deadline - before).contains(&sleep),
+            "{sleep} ns outside {}..={}",
+            deadline - after,
+            deadline - before
+        );
+    }
+
     #[test]
     fn huge_advances_saturate() {
         let c = ManualClock::new(0);
