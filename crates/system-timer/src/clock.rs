@@ -917,14 +917,20 @@ mod tests {
         assert!(c.deadline_base_ns() >= before);
     }
 
+    /// A waker that counts its calls, and the count.
+    fn counting_waker() -> (Arc<dyn Fn() + Send + Sync>, Arc<AtomicU64>) {
+        let hits = Arc::new(AtomicU64::new(0));
+        let h = hits.clone();
+        let waker: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
+            h.fetch_add(1, Ordering::Relaxed);
+        });
+        (waker, hits)
+    }
+
     #[test]
     fn manual_clock_is_monotonic_and_wakes_subscribers() {
         let c = ManualClock::new(10);
-        let hits = Arc::new(AtomicU64::new(0));
-        let h2 = hits.clone();
-        let waker: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
-            h2.fetch_add(1, Ordering::Relaxed);
-        });
+        let (waker, hits) = counting_waker();
         c.subscribe(Arc::downgrade(&waker));
         c.advance(Duration::from_millis(1));
         c.set_ms(5); // earlier: ignored
@@ -1135,6 +1141,46 @@ mod tests {
             "{sleep} ns outside {}..={}",
             deadline - after,
             deadline - before
+        );
+    }
+
+    /// A timer's clock forwards every call to the clock it wraps: readings, sleeps and
+    /// subscriptions, whether the system clock or another.
+    #[test]
+    fn a_timer_clock_forwards_every_call_to_its_clock() {
+        let manual = ManualClock::new(7);
+        let other = TimerClock::Other(Box::new(manual.clone()));
+        assert_eq!(
+            (other.now_ns(), other.deadline_base_ns()),
+            (7_000_000, 7_000_000)
+        );
+        assert_eq!(other.sleep_for(u64::MAX), None);
+        let (waker, hits) = counting_waker();
+        other.subscribe(Arc::downgrade(&waker));
+        manual.advance(Duration::from_millis(1));
+        assert_eq!(
+            hits.load(Ordering::Relaxed),
+            1,
+            "the subscriber was not woken"
+        );
+
+        let system = SystemClock::new();
+        let timer_clock = TimerClock::System(system.clone());
+        std::thread::sleep(Duration::from_millis(2));
+        let before = system.now_ns();
+        let (now, base) = (timer_clock.now_ns(), timer_clock.deadline_base_ns());
+        let after = system.now_ns();
+        assert!(
+            (before..=after).contains(&now),
+            "{now} outside {before}..={after}"
+        );
+        assert!(base >= now, "deadline base {base} below the reading {now}");
+        let sleep = timer_clock
+            .sleep_for(after + 1_000_000_000)
+            .map(duration_ns);
+        assert!(
+            sleep.is_some_and(|s| s > 0 && s <= 1_000_000_000),
+            "{sleep:?} for a deadline a second away"
         );
     }
 
