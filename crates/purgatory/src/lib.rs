@@ -73,7 +73,8 @@
     missing_docs,
     missing_debug_implementations,
     unreachable_pub,
-    rust_2018_idioms
+    rust_2018_idioms,
+    clippy::return_self_not_must_use
 )]
 #![cfg_attr(loom, allow(dead_code))]
 
@@ -89,3 +90,81 @@ pub use purgatory::{
     Builder, Purgatory, PurgatoryStats, Watched, BUSY_REAPER_GRACE, DEFAULT_PURGE_INTERVAL,
     DEFAULT_REAPER_GRACE, DEFAULT_SHARDS,
 };
+
+/// What `#[must_use]` guards, checked: each `compile_fail` case is the example before it with
+/// the result left unused, under `deny(unused_must_use)`, so it fails only for that.
+///
+/// A [`Builder`] method's result (a builder does nothing until it is built):
+/// ```
+/// #![deny(unused_must_use)]
+/// # struct Op;
+/// # impl purgatory::DelayedOperation for Op {
+/// #     fn try_complete(&mut self) -> bool { false }
+/// #     fn on_complete(&mut self) {}
+/// # }
+/// let builder = purgatory::Purgatory::<u32, Op>::builder();
+/// let _builder = builder.purge_interval(100);
+/// ```
+/// ```compile_fail
+/// #![deny(unused_must_use)]
+/// # struct Op;
+/// # impl purgatory::DelayedOperation for Op {
+/// #     fn try_complete(&mut self) -> bool { false }
+/// #     fn on_complete(&mut self) {}
+/// # }
+/// let builder = purgatory::Purgatory::<u32, Op>::builder();
+/// builder.purge_interval(100);
+/// ```
+/// The handles [`Purgatory::cancel_for_key`] returns (an operation watched on no other key is
+/// reachable only through its handle), the operations [`Purgatory::shutdown`] and
+/// [`OperationHandle::take`] hand back (never completed):
+/// ```
+/// #![deny(unused_must_use)]
+/// # use std::time::Duration;
+/// # struct Op;
+/// # impl purgatory::DelayedOperation for Op {
+/// #     fn try_complete(&mut self) -> bool { false }
+/// #     fn on_complete(&mut self) {}
+/// # }
+/// let p = purgatory::Purgatory::<u32, Op>::builder().reaper(false).build();
+/// let w = p.try_complete_else_watch(Op, Duration::from_secs(30), &[1]).unwrap();
+/// let _handles = p.cancel_for_key(&1);
+/// let _op = w.handle.take();
+/// let _pending = p.shutdown();
+/// ```
+/// ```compile_fail
+/// #![deny(unused_must_use)]
+/// # use std::time::Duration;
+/// # struct Op;
+/// # impl purgatory::DelayedOperation for Op {
+/// #     fn try_complete(&mut self) -> bool { false }
+/// #     fn on_complete(&mut self) {}
+/// # }
+/// let p = purgatory::Purgatory::<u32, Op>::builder().reaper(false).build();
+/// let _w = p.try_complete_else_watch(Op, Duration::from_secs(30), &[1]).unwrap();
+/// p.cancel_for_key(&1);
+/// ```
+/// ```compile_fail
+/// #![deny(unused_must_use)]
+/// # use std::time::Duration;
+/// # struct Op;
+/// # impl purgatory::DelayedOperation for Op {
+/// #     fn try_complete(&mut self) -> bool { false }
+/// #     fn on_complete(&mut self) {}
+/// # }
+/// let p = purgatory::Purgatory::<u32, Op>::builder().reaper(false).build();
+/// let w = p.try_complete_else_watch(Op, Duration::from_secs(30), &[1]).unwrap();
+/// w.handle.take();
+/// ```
+/// ```compile_fail
+/// #![deny(unused_must_use)]
+/// # struct Op;
+/// # impl purgatory::DelayedOperation for Op {
+/// #     fn try_complete(&mut self) -> bool { false }
+/// #     fn on_complete(&mut self) {}
+/// # }
+/// let p = purgatory::Purgatory::<u32, Op>::builder().reaper(false).build();
+/// p.shutdown();
+/// ```
+#[cfg(doctest)]
+pub struct MustUse;

@@ -835,6 +835,7 @@ impl<Op: DelayedOperation> OperationHandle<Op> {
     /// assert_eq!(purgatory.stats().handed_back, 1);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    #[must_use = "the operation taken back is dropped, never completed, if unused"]
     pub fn take(&self) -> Option<Op> {
         if self.cell.is_completed() {
             return None; // without the lock: see `force_complete`

@@ -140,6 +140,7 @@ where
 }
 
 /// Configures a [`Purgatory`].
+#[must_use = "a builder does nothing until `build` is called"]
 pub struct Builder<K, Op> {
     name: String,
     timer: Option<Arc<SystemTimer>>,
@@ -637,6 +638,8 @@ where
     /// reachable only through its handle, and a shutdown no longer sees it: complete it by force,
     /// or take it back with [`OperationHandle::take`] (Kafka returns the operations themselves).
     #[doc(alias = "cancelForKey")]
+    #[must_use = "an operation watched on no other key is reachable only through its handle: \
+                  complete it by force or take it back"]
     pub fn cancel_for_key(&self, key: &K) -> Vec<OperationHandle<Op>> {
         let Some(list) = self.inner.watchers.take_key(key) else {
             return Vec::new();
@@ -739,6 +742,8 @@ where
     /// A panic in a key's drop (shutdown drops every key) goes on to the caller once every
     /// operation has been handed back (so dropped with the panic, but counted under
     /// [`handed_back`](PurgatoryStats::handed_back)) and the own timer shut down.
+    #[must_use = "the pending operations are handed back, never completed: drop them explicitly \
+                  if that is meant"]
     pub fn shutdown(&self) -> Vec<Op> {
         let inner = &self.inner;
         if inner.closed.swap(true, Ordering::AcqRel) {

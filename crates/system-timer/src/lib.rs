@@ -62,7 +62,8 @@
     missing_docs,
     missing_debug_implementations,
     unreachable_pub,
-    rust_2018_idioms
+    rust_2018_idioms,
+    clippy::return_self_not_must_use
 )]
 #![cfg_attr(loom, allow(dead_code))]
 
@@ -84,3 +85,31 @@ pub use handle::{TimerHandle, TimerKey};
 pub use stats::{Lateness, TimerStats};
 pub use task::{SharedTask, Task, TimerTask};
 pub use timer::{Builder, SystemTimer};
+
+/// What `#[must_use]` guards, checked: each `compile_fail` case is the example before it with
+/// the result left unused, under `deny(unused_must_use)`, so it fails only for that.
+///
+/// A [`Builder`] method's result (a builder does nothing until it is built):
+/// ```
+/// #![deny(unused_must_use)]
+/// let builder = system_timer::SystemTimer::builder();
+/// let _builder = builder.name("leases");
+/// ```
+/// ```compile_fail
+/// #![deny(unused_must_use)]
+/// let builder = system_timer::SystemTimer::builder();
+/// builder.name("leases");
+/// ```
+/// The tasks [`SystemTimer::shutdown`] hands back (they never ran):
+/// ```
+/// #![deny(unused_must_use)]
+/// let timer = system_timer::SystemTimer::builder().reaper(false).build();
+/// let _never_ran = timer.shutdown();
+/// ```
+/// ```compile_fail
+/// #![deny(unused_must_use)]
+/// let timer = system_timer::SystemTimer::builder().reaper(false).build();
+/// timer.shutdown();
+/// ```
+#[cfg(doctest)]
+pub struct MustUse;

@@ -209,6 +209,7 @@ pub struct SystemTimer<T: TimerTask = Task> {
 ///     .build();
 /// assert_eq!(timer.len(), 0);
 /// ```
+#[must_use = "a builder does nothing until `build` or `try_build` is called"]
 pub struct Builder<T: TimerTask = Task> {
     tick: Duration,
     wheel_size: usize,
@@ -524,7 +525,7 @@ impl<T: TimerTask> SystemTimer<T> {
     /// let h = timer.add(Duration::from_secs(5), || println!("later"))?;
     /// assert_eq!(timer.len(), 1);
     /// assert!(h.deadline() >= Duration::from_secs(5));
-    /// timer.shutdown();
+    /// assert_eq!(timer.shutdown().len(), 1); // the task never ran: handed back
     /// let e = timer.add(Duration::ZERO, || ()).unwrap_err();
     /// assert!(e.is_shutdown());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -847,6 +848,7 @@ impl<T: TimerTask> SystemTimer<T> {
     /// background) returns nothing once that one has finished: the threads joined, no task of
     /// the timer running. From inside a task it returns at once, as above.
     #[doc(alias = "close")]
+    #[must_use = "the tasks that never ran are handed back: drop them explicitly if that is meant"]
     pub fn shutdown(&self) -> Vec<T> {
         self.stop(false)
     }
@@ -1523,7 +1525,7 @@ pub(crate) mod tests {
             .build();
         let threads = || format!("{:?}", *timer.threads.lock());
         assert_eq!(threads(), "Threads { reaper: true, executors: 2 }");
-        timer.shutdown();
+        assert!(timer.shutdown().is_empty());
         assert_eq!(threads(), "Threads { reaper: false, executors: 0 }");
     }
 

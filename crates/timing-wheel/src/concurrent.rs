@@ -158,6 +158,7 @@ impl WheelKey {
 
 /// Exclusive access to a [`ConcurrentWheel`] (all shard locks and the queue lock), from
 /// [`ConcurrentWheel::lock`]. Adds and cancels on other threads wait until it is dropped.
+#[must_use = "the wheel is unlocked as soon as the guard is dropped"]
 pub struct WheelGuard<'a, T> {
     wheel: &'a ConcurrentWheel<T>,
     shards: Vec<MutexGuard<'a, Shard<T>>>,

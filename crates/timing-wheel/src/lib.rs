@@ -63,7 +63,8 @@
     missing_docs,
     missing_debug_implementations,
     unreachable_pub,
-    rust_2018_idioms
+    rust_2018_idioms,
+    clippy::return_self_not_must_use
 )]
 #![cfg_attr(loom, allow(dead_code))]
 
@@ -82,3 +83,20 @@ pub use error::{AddError, ConfigError};
 pub use list::EntryKey;
 pub use shard::{Fired, WheelCounts};
 pub use wheel::TimingWheel;
+
+/// What `#[must_use]` guards, checked: each `compile_fail` case is the example before it with
+/// the result left unused, under `deny(unused_must_use)`, so it fails only for that.
+///
+/// A [`WheelGuard`] dropped at once unlocks the wheel at once:
+/// ```
+/// #![deny(unused_must_use)]
+/// let wheel = timing_wheel::ConcurrentWheel::<u32>::new(1, 20, 0).unwrap();
+/// let _guard = wheel.lock();
+/// ```
+/// ```compile_fail
+/// #![deny(unused_must_use)]
+/// let wheel = timing_wheel::ConcurrentWheel::<u32>::new(1, 20, 0).unwrap();
+/// wheel.lock();
+/// ```
+#[cfg(doctest)]
+pub struct MustUse;
