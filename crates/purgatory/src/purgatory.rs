@@ -144,7 +144,8 @@ where
 pub struct Builder<K, Op> {
     name: String,
     timer: Option<Arc<SystemTimer>>,
-    clock: Option<Box<dyn FnOnce(system_timer::Builder) -> system_timer::Builder>>,
+    /// `Send + Sync` (a `Clock` is), so that the builder is too.
+    clock: Option<Box<dyn FnOnce(system_timer::Builder) -> system_timer::Builder + Send + Sync>>,
     reaper: bool,
     reaper_grace: Duration,
     expiry_threads: usize,
