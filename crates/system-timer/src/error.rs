@@ -4,6 +4,29 @@
 use std::fmt;
 
 /// Why a task was not scheduled. The task is handed back, never dropped.
+///
+/// A `ScheduleError<Task>` holds a boxed closure, which need only be `Send`, so the error is
+/// `Send` but not `Sync` (as `std::sync::mpsc::SendError<T>`), and `?` cannot turn it into a
+/// `Box<dyn Error + Send + Sync>` or an `anyhow::Error`. Take the task back with
+/// [`into_inner`](Self::into_inner), or give it up with [`without_task`](Self::without_task):
+///
+/// ```
+/// use std::time::Duration;
+/// use system_timer::SystemTimer;
+///
+/// fn arm(timer: &SystemTimer) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+///     timer
+///         .add(Duration::from_secs(30), || println!("lease expired"))
+///         .map_err(|e| e.without_task())?;
+///     Ok(())
+/// }
+///
+/// let timer = SystemTimer::builder().reaper(false).build();
+/// assert!(arm(&timer).is_ok());
+/// assert_eq!(timer.shutdown().len(), 1);
+/// let e = arm(&timer).unwrap_err();
+/// assert_eq!(e.to_string(), "timer is shut down");
+/// ```
 #[derive(PartialEq, Eq)]
 pub enum ScheduleError<T> {
     /// The timer has been shut down.
@@ -18,6 +41,15 @@ impl<T> ScheduleError<T> {
     pub fn into_inner(self) -> T {
         match self {
             ScheduleError::Shutdown(t) | ScheduleError::Full(t) => t,
+        }
+    }
+
+    /// The same error with its task dropped here: `Send + Sync` whatever the task type (see
+    /// above).
+    pub fn without_task(self) -> ScheduleError<()> {
+        match self {
+            ScheduleError::Shutdown(_) => ScheduleError::Shutdown(()),
+            ScheduleError::Full(_) => ScheduleError::Full(()),
         }
     }
 
@@ -128,5 +160,24 @@ mod tests {
         assert!(shutdown.is_shutdown() && !shutdown.is_full());
         let full = ScheduleError::Full(Opaque);
         assert!(full.is_full() && !full.is_shutdown());
+    }
+
+    /// `without_task` keeps the variant and drops the task then and there.
+    #[test]
+    fn without_task_keeps_the_variant_and_drops_the_task() {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        static DROPPED: AtomicUsize = AtomicUsize::new(0);
+        struct Counted;
+        impl Drop for Counted {
+            fn drop(&mut self) {
+                DROPPED.fetch_add(1, SeqCst);
+            }
+        }
+        let shutdown = ScheduleError::Shutdown(Counted).without_task();
+        assert_eq!(DROPPED.load(SeqCst), 1);
+        assert_eq!(shutdown, ScheduleError::Shutdown(()));
+        let full = ScheduleError::Full(Counted).without_task();
+        assert_eq!(DROPPED.load(SeqCst), 2);
+        assert_eq!(full, ScheduleError::Full(()));
     }
 }

@@ -49,4 +49,6 @@ fn a_task_and_a_refusal_that_holds_one_are_send() {
     send::<Task>();
     send::<ScheduleError<Task>>();
     send_and_sync::<ScheduleError<u64>>();
+    // What `without_task` gives: `Send + Sync` whatever the task was.
+    send_and_sync::<ScheduleError<()>>();
 }
