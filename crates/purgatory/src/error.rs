@@ -5,6 +5,43 @@ use std::fmt;
 
 /// Why [`try_complete_else_watch`](crate::Purgatory::try_complete_else_watch) did not take an
 /// operation. The operation is handed back, untouched by `on_complete`.
+///
+/// An operation need only be `Send`, so a `WatchError<Op>` is `Sync` only if `Op` is, and `?`
+/// cannot turn the error of an operation that holds, say, a boxed callback into a
+/// `Box<dyn Error + Send + Sync>` or an `anyhow::Error`. Take the operation back with
+/// [`into_inner`](Self::into_inner), or give it up with [`without_op`](Self::without_op):
+///
+/// ```
+/// use std::time::Duration;
+/// use purgatory::{DelayedOperation, Purgatory};
+///
+/// struct Fetch {
+///     respond: Box<dyn FnMut(&'static str) + Send>, // `Send`, not `Sync`
+/// }
+/// impl DelayedOperation for Fetch {
+///     fn try_complete(&mut self) -> bool {
+///         false
+///     }
+///     fn on_complete(&mut self) {
+///         (self.respond)("done");
+///     }
+/// }
+///
+/// type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// fn park(purgatory: &Purgatory<&'static str, Fetch>, key: &'static str) -> Result<(), BoxError> {
+///     let op = Fetch { respond: Box::new(|_| ()) };
+///     purgatory
+///         .try_complete_else_watch(op, Duration::from_secs(30), &[key])
+///         .map_err(|e| e.without_op())?;
+///     Ok(())
+/// }
+///
+/// let purgatory = Purgatory::builder().reaper(false).build();
+/// assert!(park(&purgatory, "partition-0").is_ok());
+/// assert_eq!(purgatory.shutdown().len(), 1);
+/// let e = park(&purgatory, "partition-0").unwrap_err();
+/// assert_eq!(e.to_string(), "purgatory is shut down");
+/// ```
 #[derive(PartialEq, Eq)]
 pub enum WatchError<Op> {
     /// The key set was empty: an operation nobody can ever check would only ever expire (Kafka
@@ -23,6 +60,16 @@ impl<Op> WatchError<Op> {
     pub fn into_inner(self) -> Op {
         match self {
             WatchError::NoKeys(op) | WatchError::Shutdown(op) | WatchError::Full(op) => op,
+        }
+    }
+
+    /// The same error with its operation dropped here (never completed): `Send + Sync`
+    /// whatever the operation type (see above).
+    pub fn without_op(self) -> WatchError<()> {
+        match self {
+            WatchError::NoKeys(_) => WatchError::NoKeys(()),
+            WatchError::Shutdown(_) => WatchError::Shutdown(()),
+            WatchError::Full(_) => WatchError::Full(()),
         }
     }
 }
@@ -70,5 +117,32 @@ mod tests {
         ]
         .map(|e| format!("{e:?}"));
         assert_eq!(texts, ["NoKeys(..)", "Shutdown(..)", "Full(..)"]);
+    }
+
+    /// `without_op` keeps the variant and drops the operation then and there.
+    #[test]
+    fn without_op_keeps_the_variant_and_drops_the_operation() {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        static DROPPED: AtomicUsize = AtomicUsize::new(0);
+        struct Counted;
+        impl Drop for Counted {
+            fn drop(&mut self) {
+                DROPPED.fetch_add(1, SeqCst);
+            }
+        }
+        let errors = [
+            WatchError::NoKeys(Counted).without_op(),
+            WatchError::Shutdown(Counted).without_op(),
+            WatchError::Full(Counted).without_op(),
+        ];
+        assert_eq!(DROPPED.load(SeqCst), 3);
+        assert_eq!(
+            errors,
+            [
+                WatchError::NoKeys(()),
+                WatchError::Shutdown(()),
+                WatchError::Full(())
+            ]
+        );
     }
 }

@@ -53,4 +53,6 @@ fn a_refusal_is_send_and_sync_as_its_operation_is() {
     // It holds the operation: `Send` as the operation is (and `Sync` only if it is).
     send::<WatchError<Op>>();
     send_and_sync::<WatchError<u32>>();
+    // What `without_op` gives: `Send + Sync` whatever the operation was.
+    send_and_sync::<WatchError<()>>();
 }
