@@ -88,7 +88,7 @@ pub use error::WatchError;
 pub use operation::{DelayedOperation, OperationHandle, ReadyHint};
 pub use purgatory::{
     Builder, Purgatory, PurgatoryStats, Watched, BUSY_REAPER_GRACE, DEFAULT_PURGE_INTERVAL,
-    DEFAULT_REAPER_GRACE, DEFAULT_SHARDS,
+    DEFAULT_REAPER_GRACE, DEFAULT_SHARDS, MAX_SHARDS,
 };
 
 /// What `#[must_use]` guards, checked: each `compile_fail` case is the example before it with

@@ -24,6 +24,9 @@ const SWEEP_FRACTION: usize = 16;
 pub const DEFAULT_PURGE_INTERVAL: usize = 1000;
 /// Kafka's shard count (KAFKA-6431).
 pub const DEFAULT_SHARDS: usize = 512;
+
+/// The most watch-map shards a purgatory takes ([`Builder::shards`] caps its count here).
+pub const MAX_SHARDS: usize = 1 << 16;
 /// The own timer's reaper grace by default: none (the reaper alone expires operations, at each
 /// bucket's time, as Kafka's does). See [`Builder::reaper_grace`].
 pub const DEFAULT_REAPER_GRACE: Duration = Duration::ZERO;
@@ -279,9 +282,10 @@ where
         self
     }
 
-    /// Watch-map shards (default 512; rounded up to a power of two, at least 2).
+    /// Watch-map shards (default 512; rounded up to a power of two, at least 2 and at most
+    /// [`MAX_SHARDS`]).
     pub fn shards(mut self, n: usize) -> Self {
-        self.shards = n.max(1);
+        self.shards = n.clamp(1, MAX_SHARDS);
         self
     }
 
@@ -340,31 +344,48 @@ where
     ///
     /// # Panics
     ///
-    /// If the own timer's threads cannot be spawned.
+    /// Where [`try_build`](Self::try_build) returns an error, with the error's message.
     pub fn build(self) -> Purgatory<K, Op> {
+        match self.try_build() {
+            Ok(p) => p,
+            Err(e) => panic!("could not build the purgatory: {e}"),
+        }
+    }
+
+    /// Builds the purgatory (and its own timer, unless one was given).
+    ///
+    /// # Errors
+    ///
+    /// The own timer's [`BuildError`](system_timer::BuildError): its threads could not be
+    /// spawned (or the [`name`](Self::name), which they take, has a NUL byte). With a shared
+    /// [`timer`](Self::timer) it cannot fail.
+    pub fn try_build(self) -> Result<Purgatory<K, Op>, system_timer::BuildError> {
         let own_timer = self.timer.is_none();
-        let timer = self.timer.unwrap_or_else(|| {
-            let mut b = SystemTimer::builder()
-                .name(&self.name)
-                .reaper(self.reaper)
-                .reaper_grace(self.reaper_grace);
-            b = match self.expiry_threads {
-                0 => b.inline(),
-                n => b.executor_threads(n),
-            };
-            if !self.reaper || cfg!(loom) {
-                b = b.reaper(false).inline();
+        let timer = match self.timer {
+            Some(timer) => timer,
+            None => {
+                let mut b = SystemTimer::builder()
+                    .name(&self.name)
+                    .reaper(self.reaper)
+                    .reaper_grace(self.reaper_grace);
+                b = match self.expiry_threads {
+                    0 => b.inline(),
+                    n => b.executor_threads(n),
+                };
+                if !self.reaper || cfg!(loom) {
+                    b = b.reaper(false).inline();
+                }
+                if let Some(set_clock) = self.clock {
+                    b = set_clock(b);
+                }
+                Arc::new(b.try_build()?)
             }
-            if let Some(set_clock) = self.clock {
-                b = set_clock(b);
-            }
-            Arc::new(b.build())
-        });
+        };
         let watchers = Arc::new(WatchMap::new(self.shards));
         let sweep = Arc::clone(&watchers);
         let purger = Purger::new(move || sweep.purge());
         let common = Arc::new(Common::new(timer, self.purge_interval, purger));
-        Purgatory {
+        Ok(Purgatory {
             inner: Arc::new(Inner {
                 name: self.name,
                 watchers,
@@ -374,7 +395,7 @@ where
                 common,
                 closed: AtomicBool::new(false),
             }),
-        }
+        })
     }
 }
 

@@ -425,3 +425,59 @@ fn refused_operations_on_a_shut_timer_are_still_purged() {
     // Every operation was refused and handed back at once: none was left to shut down.
     assert!(p.shutdown().is_empty());
 }
+
+/// A name with a NUL byte cannot name the own timer's threads: `try_build` says so with the
+/// timer's error, and `build` panics with its message. Before, there was no `try_build`, and
+/// `build` panicked with the timer's generic "invalid configuration" message.
+#[test]
+fn a_name_no_thread_can_have_is_a_build_error_from_try_build() {
+    let built = std::panic::catch_unwind(|| P::builder().name("fetch\0").try_build().map(drop));
+    let err = built
+        .expect("try_build does not panic")
+        .expect_err("a NUL byte in the name is refused");
+    assert!(matches!(err, system_timer::BuildError::Spawn(_)), "{err:?}");
+    let panic = std::panic::catch_unwind(|| drop(P::builder().name("fetch\0").build()))
+        .expect_err("build panics on what try_build refuses");
+    let message = panic
+        .downcast_ref::<String>()
+        .expect("a formatted panic message");
+    assert!(message.contains("NUL"), "{message}");
+    // With a shared timer there is no thread to spawn: the same name is fine.
+    let timer = Arc::new(system_timer::SystemTimer::builder().reaper(false).build());
+    let p = P::builder()
+        .name("fetch\0")
+        .timer(Arc::clone(&timer))
+        .try_build()
+        .expect("no own timer, nothing to refuse");
+    assert_eq!(p.delayed(), 0);
+    drop(p);
+    assert!(timer.shutdown().is_empty());
+}
+
+/// A shard count past any sensible one is capped (at `MAX_SHARDS`) instead of overflowing the
+/// round-up to a power of two (a panic in a debug build, a silent 2 shards in a release one)
+/// or allocating billions of shards.
+#[test]
+fn an_absurd_shard_count_is_capped_and_the_purgatory_works() {
+    for n in [usize::MAX, usize::MAX / 2 + 1, purgatory::MAX_SHARDS + 1] {
+        let clock = ManualClock::new(0);
+        let p: P = within_20s("build", move || {
+            Purgatory::builder()
+                .clock(clock)
+                .reaper(false)
+                .shards(n)
+                .build()
+        });
+        let op = Op {
+            ready: false,
+            shut_down: None,
+        };
+        let w = p
+            .try_complete_else_watch(op, Duration::from_secs(1), &["a", "b"])
+            .expect("accepted");
+        assert!(!w.completed);
+        assert_eq!(p.watched(), 2);
+        assert!(w.handle.force_complete());
+        assert_eq!(p.stats().completed, 1);
+    }
+}
