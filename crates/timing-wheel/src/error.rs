@@ -52,6 +52,11 @@ impl fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 /// Why [`add`](crate::TimingWheel::add) did not schedule an entry. The value is handed back.
+///
+/// The error of a value that is `Send` but not `Sync` (a boxed callback, say) is not `Sync`
+/// either, so `?` cannot turn it into a `Box<dyn Error + Send + Sync>` or an `anyhow::Error`:
+/// take the value back with [`into_inner`](Self::into_inner), or give it up with
+/// [`without_value`](Self::without_value).
 #[derive(PartialEq, Eq)]
 pub enum AddError<T> {
     /// The deadline is not after the wheel's current time: the entry is already due. Kafka's
@@ -66,6 +71,14 @@ impl<T> AddError<T> {
     pub fn into_inner(self) -> T {
         match self {
             AddError::Expired(v) | AddError::Closed(v) => v,
+        }
+    }
+
+    /// The same error with its value dropped here: `Send + Sync` whatever the value's type.
+    pub fn without_value(self) -> AddError<()> {
+        match self {
+            AddError::Expired(_) => AddError::Expired(()),
+            AddError::Closed(_) => AddError::Closed(()),
         }
     }
 
@@ -120,5 +133,24 @@ mod tests {
     fn is_expired_tells_a_due_entry_from_a_closed_wheel() {
         assert!(AddError::Expired(Opaque).is_expired());
         assert!(!AddError::Closed(Opaque).is_expired());
+    }
+
+    /// `without_value` keeps the variant and drops the value then and there.
+    #[test]
+    fn without_value_keeps_the_variant_and_drops_the_value() {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        static DROPPED: AtomicUsize = AtomicUsize::new(0);
+        struct Counted;
+        impl Drop for Counted {
+            fn drop(&mut self) {
+                DROPPED.fetch_add(1, SeqCst);
+            }
+        }
+        let errors = [
+            AddError::Expired(Counted).without_value(),
+            AddError::Closed(Counted).without_value(),
+        ];
+        assert_eq!(DROPPED.load(SeqCst), 2);
+        assert_eq!(errors, [AddError::Expired(()), AddError::Closed(())]);
     }
 }

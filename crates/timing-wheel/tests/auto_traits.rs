@@ -34,6 +34,8 @@ fn the_single_threaded_wheel_and_what_holds_a_value_are_send_and_sync_as_the_val
     send_and_sync::<TimingWheel<u64>>();
     send_and_sync::<Fired<u64>>();
     send_and_sync::<AddError<u64>>();
+    // What `without_value` gives: `Send + Sync` whatever the value was.
+    send_and_sync::<AddError<()>>();
 }
 
 #[test]
