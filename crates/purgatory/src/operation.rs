@@ -749,7 +749,12 @@ impl<Op: DelayedOperation> system_timer::SharedTask for OpCell<Op> {
 }
 
 /// A handle on an operation in a purgatory: complete it by force, or ask whether it completed.
-/// Cloning it is cheap (it shares the operation).
+/// Cloning it is cheap (it shares the operation). Handles compare and hash by the operation
+/// they name: equal exactly when they name the same one (an operation watched on two keys
+/// comes back from [`cancel_for_key`](crate::Purgatory::cancel_for_key) on each, and a set of
+/// handles keeps it once). Clippy's `mutable_key_type` lint cannot see that the operation's
+/// state plays no part: list `purgatory::OperationHandle` under `ignore-interior-mutability`
+/// in `clippy.toml`.
 pub struct OperationHandle<Op> {
     pub(crate) cell: Arc<OpCell<Op>>,
 }
@@ -853,6 +858,20 @@ impl<Op> Clone for OperationHandle<Op> {
         OperationHandle {
             cell: Arc::clone(&self.cell),
         }
+    }
+}
+
+impl<Op> PartialEq for OperationHandle<Op> {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq::<OpCell<Op>>(&*self.cell, &*other.cell)
+    }
+}
+
+impl<Op> Eq for OperationHandle<Op> {}
+
+impl<Op> std::hash::Hash for OperationHandle<Op> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        std::ptr::hash::<OpCell<Op>, H>(&*self.cell, state);
     }
 }
 

@@ -1,5 +1,5 @@
-//! An `AddError` sent up with `?` into the usual boxed error. (Fails to compile while
-//! `AddError` has no way to drop its value, as `system_timer::ScheduleError::without_task` and
+//! An `AddError` sent up with `?` into the usual boxed error. (Failed to compile while
+//! `AddError` had no way to drop its value, as `system_timer::ScheduleError::without_task` and
 //! `purgatory::WatchError::without_op` do for theirs.)
 #![cfg(not(loom))]
 
