@@ -787,7 +787,9 @@ struct ManualInner {
 }
 
 impl ManualClock {
-    /// A manual clock reading `start_ms` milliseconds.
+    /// A manual clock reading `start_ms` milliseconds, or its last nanosecond, `u64::MAX`,
+    /// for a start past it (18,446,744,073,709 ms, about 584 years: the clock counts
+    /// nanoseconds in a `u64`).
     pub fn new(start_ms: u64) -> Self {
         ManualClock {
             inner: Arc::new(ManualInner {
@@ -820,8 +822,9 @@ impl ManualClock {
         self.wake();
     }
 
-    /// Sets the clock to `ms` milliseconds; a time earlier than the current one is ignored (the
-    /// clock is monotonic).
+    /// Sets the clock to `ms` milliseconds (saturating at `u64::MAX` nanoseconds, as
+    /// [`new`](Self::new)); a time earlier than the current one is ignored (the clock is
+    /// monotonic).
     pub fn set_ms(&self, ms: u64) {
         self.set_ns(ms.saturating_mul(1_000_000));
     }

@@ -788,7 +788,10 @@ impl<T: TimerTask> SystemTimer<T> {
     /// queued bucket's start, which is at or before the earliest pending deadline rounded up to
     /// the tick (a deadline between ticks is due at the next tick). In inline mode, while tasks
     /// that were due when added wait for the next advance to run them, the clock's time (or an
-    /// earlier bucket's): the next advance has work at once. `None` when nothing is pending.
+    /// earlier bucket's): the next advance has work at once. `None` when no bucket is queued
+    /// and nothing waits to run. A bucket that cancels emptied stays queued until its time (the
+    /// advance then moves the wheel's time past it, as for any due bucket), so this can name a
+    /// time while nothing is pending ([`is_empty`](Self::is_empty)).
     pub fn next_expiration(&self) -> Option<Duration> {
         let next = self.inner.wheel.next_expiration();
         if self.inner.has_ready() {
