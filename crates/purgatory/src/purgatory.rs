@@ -260,7 +260,9 @@ where
     /// advances the wheel (no hand-off to another thread, one wake-up per tick instead of two).
     /// That suits callbacks that only hand a response on, as Kafka's do; give slow callbacks
     /// threads of their own (Kafka's purgatory timer uses one executor thread) so that they
-    /// cannot delay later expiries.
+    /// cannot delay later expiries. At most
+    /// [`MAX_EXECUTOR_THREADS`](system_timer::MAX_EXECUTOR_THREADS), or
+    /// [`try_build`](Self::try_build) refuses it.
     pub fn expiry_threads(mut self, n: usize) -> Self {
         self.expiry_threads = n;
         self
@@ -356,7 +358,8 @@ where
     ///
     /// # Errors
     ///
-    /// The own timer's [`BuildError`](system_timer::BuildError): its threads could not be
+    /// The own timer's [`BuildError`](system_timer::BuildError): more
+    /// [`expiry_threads`](Self::expiry_threads) than a timer takes, or its threads could not be
     /// spawned (or the [`name`](Self::name), which they take, has a NUL byte). With a shared
     /// [`timer`](Self::timer) it cannot fail.
     pub fn try_build(self) -> Result<Purgatory<K, Op>, system_timer::BuildError> {

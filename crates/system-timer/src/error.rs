@@ -95,6 +95,9 @@ pub enum BuildError {
     /// Executor mode with zero threads (use [`Builder::inline`](crate::Builder::inline) to run
     /// tasks on the advancing thread instead).
     NoExecutorThreads,
+    /// More executor threads than [`MAX_EXECUTOR_THREADS`](crate::MAX_EXECUTOR_THREADS) (the
+    /// count asked for): refused before any thread is spawned.
+    TooManyExecutorThreads(usize),
     /// A thread could not be spawned.
     Spawn(String),
     /// Under `--cfg loom`, timers must be built with `.reaper(false)`: loom cannot model real
@@ -110,6 +113,11 @@ impl fmt::Display for BuildError {
             BuildError::NoExecutorThreads => {
                 f.write_str("executor needs at least 1 thread (or use .inline())")
             }
+            BuildError::TooManyExecutorThreads(n) => write!(
+                f,
+                "{n} executor threads asked for, at most {} allowed",
+                crate::MAX_EXECUTOR_THREADS
+            ),
             BuildError::Spawn(e) => write!(f, "could not spawn a timer thread: {e}"),
             BuildError::LoomNeedsManualDriving => {
                 f.write_str("under loom, build timers with .reaper(false)")

@@ -84,7 +84,7 @@ pub use error::{BuildError, ScheduleError};
 pub use handle::{TimerHandle, TimerKey};
 pub use stats::{Lateness, TimerStats};
 pub use task::{SharedTask, Task, TimerTask};
-pub use timer::{Builder, SystemTimer};
+pub use timer::{Builder, SystemTimer, MAX_EXECUTOR_THREADS};
 
 /// What `#[must_use]` guards, checked: each `compile_fail` case is the example before it with
 /// the result left unused, under `deny(unused_must_use)`, so it fails only for that.

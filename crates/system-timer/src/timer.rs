@@ -195,6 +195,10 @@ pub struct SystemTimer<T: TimerTask = Task> {
     threads: Mutex<crate::reaper::Threads>,
 }
 
+/// The most executor threads a timer takes ([`Builder::executor_threads`]): far past any use
+/// (executors only run due tasks), and short of what would exhaust a host's threads.
+pub const MAX_EXECUTOR_THREADS: usize = 1024;
+
 /// Configures and builds a [`SystemTimer`].
 ///
 /// ```
@@ -264,7 +268,9 @@ impl<T: TimerTask> Builder<T> {
         self
     }
 
-    /// Run expired tasks on `n` executor threads (default 1).
+    /// Run expired tasks on `n` executor threads (default 1; at most
+    /// [`MAX_EXECUTOR_THREADS`](crate::MAX_EXECUTOR_THREADS), or
+    /// [`try_build`](Self::try_build) refuses it).
     pub fn executor_threads(mut self, n: usize) -> Self {
         self.executor_threads = n;
         self.inline = false;
@@ -358,7 +364,8 @@ impl<T: TimerTask> Builder<T> {
     ///
     /// # Errors
     ///
-    /// [`BuildError`] for a zero tick, a bad wheel size, zero executor threads, a failed thread
+    /// [`BuildError`] for a zero tick, a bad wheel size, zero executor threads or more than
+    /// [`MAX_EXECUTOR_THREADS`](crate::MAX_EXECUTOR_THREADS), a failed thread
     /// spawn (or a [`name`](Self::name) with a NUL byte, which no thread can have), or (under
     /// `--cfg loom`) a reaper. (Under loom, executors are not an error: the timer runs its tasks
     /// inline instead.)
@@ -377,6 +384,11 @@ impl<T: TimerTask> Builder<T> {
         }
         if !self.inline && self.executor_threads == 0 {
             return Err(BuildError::NoExecutorThreads);
+        }
+        // Before any spawn: a count past any use would spawn threads until the system refused
+        // one, taking them from every process on the host meanwhile.
+        if !self.inline && self.executor_threads > crate::MAX_EXECUTOR_THREADS {
+            return Err(BuildError::TooManyExecutorThreads(self.executor_threads));
         }
         // The threads are named after the timer; the standard library panics on a NUL byte.
         if self.name.contains('\0') {
