@@ -488,6 +488,8 @@ impl<T: TimerTask> fmt::Debug for Builder<T> {
             .field("name", &self.name)
             .field("reaper", &self.reaper)
             .field("reaper_grace", &self.reaper_grace)
+            .field("shards", &self.shards)
+            .field("clock", &self.clock)
             .finish()
     }
 }

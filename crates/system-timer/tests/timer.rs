@@ -1061,6 +1061,31 @@ fn a_handles_debug_shows_its_deadline_and_whether_it_is_pending() {
     );
 }
 
+/// A builder's `Debug` shows every setting, the shard count and the clock included (they were
+/// left out until 2026-11-26).
+#[test]
+fn a_builders_debug_shows_every_setting() {
+    let b = SystemTimer::builder()
+        .clock(ManualClock::new(7))
+        .shards(4)
+        .name("leases");
+    let text = format!("{b:?}");
+    for field in [
+        "tick: 1ms",
+        "wheel_size: 20",
+        "executor_threads: 1",
+        "inline: false",
+        "max_pending: None",
+        "name: \"leases\"",
+        "reaper: true",
+        "reaper_grace: 0ns",
+        "shards: Some(4)",
+        "clock: Some(ManualClock",
+    ] {
+        assert!(text.contains(field), "{field} missing from {text}");
+    }
+}
+
 /// The counters a user reads: scheduled, fired, cancelled, pending, the buckets in the expiry
 /// queue, the levels, and the lateness distribution, all exact on the manual clock. A task due
 /// at 10 ms that a runner picks up at 13 ms is 3 ms late.
