@@ -12,9 +12,11 @@ use crate::timer::Cap;
 /// The handle of a scheduled task. Cancel it in O(1) from any thread; dropping the handle does
 /// **not** cancel the task (fire-and-forget is the common case).
 ///
-/// The task ends exactly one way, and the handle tells which: [`is_cancelled`] (this handle's
-/// [`cancel`] won: the task never runs), [`is_fired`] (the timer took it out to run),
-/// [`is_handed_back`] (shutdown returned it).
+/// The task leaves the wheel exactly one way, and the handle tells which: [`is_cancelled`]
+/// (this handle's [`cancel`] won: the task never runs), [`is_fired`] (the timer took it out to
+/// run), [`is_handed_back`] (a shutdown returned it from the wheel). A fired task queued for an
+/// executor and not yet started when a shutdown comes is handed back too, but its handle still
+/// says fired: it left the wheel that way.
 ///
 /// [`cancel`]: TimerHandle::cancel
 /// [`is_cancelled`]: TimerHandle::is_cancelled
