@@ -173,19 +173,12 @@ mod tests {
     /// `without_task` keeps the variant and drops the task then and there.
     #[test]
     fn without_task_keeps_the_variant_and_drops_the_task() {
-        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
-        static DROPPED: AtomicUsize = AtomicUsize::new(0);
-        struct Counted;
-        impl Drop for Counted {
-            fn drop(&mut self) {
-                DROPPED.fetch_add(1, SeqCst);
-            }
-        }
-        let shutdown = ScheduleError::Shutdown(Counted).without_task();
-        assert_eq!(DROPPED.load(SeqCst), 1);
+        let task = std::sync::Arc::new(());
+        let shutdown = ScheduleError::Shutdown(task.clone()).without_task();
+        assert_eq!(std::sync::Arc::strong_count(&task), 1, "the task kept");
         assert_eq!(shutdown, ScheduleError::Shutdown(()));
-        let full = ScheduleError::Full(Counted).without_task();
-        assert_eq!(DROPPED.load(SeqCst), 2);
+        let full = ScheduleError::Full(task.clone()).without_task();
+        assert_eq!(std::sync::Arc::strong_count(&task), 1, "the task kept");
         assert_eq!(full, ScheduleError::Full(()));
     }
 }
