@@ -72,6 +72,21 @@ impl<Op> WatchError<Op> {
             WatchError::Full(_) => WatchError::Full(()),
         }
     }
+
+    /// True for [`WatchError::NoKeys`]: the call was wrong, and retrying it cannot help.
+    pub fn is_no_keys(&self) -> bool {
+        matches!(self, WatchError::NoKeys(_))
+    }
+
+    /// True for [`WatchError::Shutdown`].
+    pub fn is_shutdown(&self) -> bool {
+        matches!(self, WatchError::Shutdown(_))
+    }
+
+    /// True for [`WatchError::Full`]: the purgatory still runs; retry later or shed the request.
+    pub fn is_full(&self) -> bool {
+        matches!(self, WatchError::Full(_))
+    }
 }
 
 impl<Op> fmt::Debug for WatchError<Op> {
@@ -117,6 +132,28 @@ mod tests {
         ]
         .map(|e| format!("{e:?}"));
         assert_eq!(texts, ["NoKeys(..)", "Shutdown(..)", "Full(..)"]);
+    }
+
+    /// Each `is_*` is true for its own variant only.
+    #[test]
+    fn each_predicate_is_true_for_its_own_variant_only() {
+        let errors = [
+            WatchError::NoKeys(Opaque),
+            WatchError::Shutdown(Opaque),
+            WatchError::Full(Opaque),
+        ];
+        let table = errors
+            .iter()
+            .map(|e| [e.is_no_keys(), e.is_shutdown(), e.is_full()])
+            .collect::<Vec<_>>();
+        assert_eq!(
+            table,
+            [
+                [true, false, false],
+                [false, true, false],
+                [false, false, true]
+            ]
+        );
     }
 
     /// `without_op` keeps the variant and drops the operation then and there.

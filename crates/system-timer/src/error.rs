@@ -149,6 +149,14 @@ mod tests {
         assert_eq!(texts, ["Shutdown(..)", "Full(..)"]);
     }
 
+    /// `is_shutdown` and `is_full` are each true for their own variant only.
+    #[test]
+    fn is_shutdown_and_is_full_are_true_for_their_own_variant_only() {
+        let table = [ScheduleError::Shutdown(Opaque), ScheduleError::Full(Opaque)]
+            .map(|e| [e.is_shutdown(), e.is_full()]);
+        assert_eq!(table, [[true, false], [false, true]]);
+    }
+
     /// `Display` says why the task was refused.
     #[test]
     fn schedule_error_display_says_why() {

@@ -86,6 +86,11 @@ impl<T> AddError<T> {
     pub fn is_expired(&self) -> bool {
         matches!(self, AddError::Expired(_))
     }
+
+    /// True for [`AddError::Closed`].
+    pub fn is_closed(&self) -> bool {
+        matches!(self, AddError::Closed(_))
+    }
 }
 
 impl<T> fmt::Debug for AddError<T> {
@@ -128,11 +133,13 @@ mod tests {
     }
 
     /// `is_expired` is true for an entry already due and false for one refused by a closed
-    /// wheel (which must not be run at once as a due one would).
+    /// wheel (which must not be run at once as a due one would); `is_closed` the other way round.
     #[test]
-    fn is_expired_tells_a_due_entry_from_a_closed_wheel() {
+    fn is_expired_and_is_closed_tell_a_due_entry_from_a_closed_wheel() {
         assert!(AddError::Expired(Opaque).is_expired());
         assert!(!AddError::Closed(Opaque).is_expired());
+        assert!(AddError::Closed(Opaque).is_closed());
+        assert!(!AddError::Expired(Opaque).is_closed());
     }
 
     /// `without_value` keeps the variant and drops the value then and there.
