@@ -805,6 +805,17 @@ where
         out
     }
 
+    /// True once [`shutdown`](Self::shutdown) has started: from then on
+    /// [`try_complete_else_watch`](Self::try_complete_else_watch) refuses every operation with
+    /// [`WatchError::Shutdown`](crate::WatchError::Shutdown).
+    ///
+    /// A purgatory on a shared timer whose owner shut the timer down first reads false here
+    /// (it refuses only the operations it would have to arm); [`timer`](Self::timer)`()`'s
+    /// [`is_shutdown`](SystemTimer::is_shutdown) tells that.
+    pub fn is_shutdown(&self) -> bool {
+        self.inner.closed.load(Ordering::Acquire)
+    }
+
     /// Panics if an invariant is broken: every operation in a watch list is one this purgatory
     /// accepted, `delayed()` equals the armed pending operations found in the lists, and the
     /// timer's own invariants hold.

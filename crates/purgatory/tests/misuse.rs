@@ -402,6 +402,8 @@ fn refused_operations_on_a_shut_timer_are_still_purged() {
         .purge_interval(10)
         .build();
     assert!(timer.shutdown().is_empty());
+    // The purgatory's own flag is its own shutdown's; the timer's tells this case (as documented).
+    assert!(!p.is_shutdown() && p.timer().is_shutdown());
     for _ in 0..1_000 {
         let op = Op {
             ready: false,

@@ -707,7 +707,9 @@ fn shutdown_hands_back_pending_operations_and_refuses_new_ones() {
     }
     probes[1].set_ready();
     assert_eq!(p.check_and_complete(&"b"), 1);
+    assert!(!p.is_shutdown(), "a running purgatory reads shut down");
     let back = p.shutdown();
+    assert!(p.is_shutdown(), "not shut down after shutdown");
     assert_eq!(
         back.len(),
         4,
@@ -1018,6 +1020,10 @@ fn a_shared_timer_outlives_a_purgatory_shutdown() {
     assert_eq!(p1.shutdown().len(), 1);
     assert_eq!(timer.len(), 1, "p1's entry was disarmed");
     assert!(!timer.is_shutdown());
+    assert!(
+        p1.is_shutdown() && !p2.is_shutdown(),
+        "one purgatory's shutdown is its own"
+    );
     clock.advance(10 * MS);
     timer.advance();
     assert_eq!(
