@@ -59,30 +59,65 @@ use crate::sync::{thread_hint, Arc, InCallbacks, Mutex, MutexGuard};
 /// `try_complete_else_watch` on a purgatory with a reaper grace) once the operation's own
 /// timeout may be due (its expiry takes the lock).
 ///
+/// # Answering a timeout
+///
+/// `on_complete` runs first however the operation completed (an expiry then calls
+/// `on_expiration`, as in Kafka). To answer differently on a timeout, do as Kafka's
+/// `DelayedProduce` does: start with the timeout's answer and overwrite it in `try_complete`
+/// when the operation is ready. An operation forced through its handle answers with whatever
+/// state it was left in (here: timed out, not ready).
+///
 /// ```
-/// use purgatory::DelayedOperation;
+/// use purgatory::{DelayedOperation, Purgatory};
 /// use std::sync::atomic::{AtomicU64, Ordering};
-/// use std::sync::Arc;
+/// use std::sync::{mpsc, Arc};
+/// use std::time::Duration;
+/// use system_timer::ManualClock;
 ///
 /// /// Completes once the high watermark reaches `offset`.
 /// struct DelayedProduce {
 ///     offset: u64,
 ///     high_watermark: Arc<AtomicU64>,
-///     timed_out: bool,
-///     respond: Box<dyn FnMut(&'static str) + Send>,
+///     error: &'static str, // the answer; starts as the timeout's
+///     respond: mpsc::Sender<(u64, &'static str)>,
 /// }
 ///
 /// impl DelayedOperation for DelayedProduce {
 ///     fn try_complete(&mut self) -> bool {
-///         self.high_watermark.load(Ordering::Acquire) >= self.offset
+///         let ready = self.high_watermark.load(Ordering::Acquire) >= self.offset;
+///         if ready {
+///             self.error = "NONE";
+///         }
+///         ready
 ///     }
 ///     fn on_complete(&mut self) {
-///         (self.respond)(if self.timed_out { "REQUEST_TIMED_OUT" } else { "NONE" });
+///         self.respond.send((self.offset, self.error)).unwrap();
 ///     }
 ///     fn on_expiration(&mut self) {
 ///         // Runs after on_complete when the timeout won; only meters here, as in Kafka.
 ///     }
 /// }
+///
+/// let clock = ManualClock::new(0); // a hand-driven clock, as in a test
+/// let produces: Purgatory<&str, DelayedProduce> =
+///     Purgatory::builder().clock(clock.clone()).reaper(false).build();
+/// let (hw, (tx, rx)) = (Arc::new(AtomicU64::new(0)), mpsc::channel());
+/// for offset in [5, 50] {
+///     let op = DelayedProduce {
+///         offset,
+///         high_watermark: hw.clone(),
+///         error: "REQUEST_TIMED_OUT",
+///         respond: tx.clone(),
+///     };
+///     produces.try_complete_else_watch(op, Duration::from_millis(30), &["orders-0"])?;
+/// }
+/// hw.store(10, Ordering::Release); // followers caught up to 10
+/// produces.check_and_complete(&"orders-0");
+/// assert_eq!(rx.try_recv()?, (5, "NONE"));
+/// clock.advance(Duration::from_millis(30));
+/// produces.advance(); // 50 never became ready: its timeout completes it
+/// assert_eq!(rx.try_recv()?, (50, "REQUEST_TIMED_OUT"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub trait DelayedOperation: Send + 'static {
     /// Says whether the operation can complete now. Return `true` when ready: the purgatory then
@@ -91,7 +126,8 @@ pub trait DelayedOperation: Send + 'static {
     fn try_complete(&mut self) -> bool;
 
     /// Called exactly once, when the operation completes, whichever way: ready at the first
-    /// try, ready at a check on one of its keys, forced through its handle, or expired.
+    /// try, ready at a check on one of its keys, forced through its handle, or expired (to
+    /// answer a timeout differently, see [Answering a timeout](#answering-a-timeout)).
     fn on_complete(&mut self);
 
     /// Called after [`on_complete`](Self::on_complete), only when the timeout completed the
