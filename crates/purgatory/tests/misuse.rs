@@ -456,6 +456,24 @@ fn a_name_no_thread_can_have_is_a_build_error_from_try_build() {
     assert!(timer.shutdown().is_empty());
 }
 
+/// Too many expiry threads is refused by `try_build` with the timer's error, whose message
+/// names the purgatory's setting as well as the timer's (a helper's review: it named only
+/// `executor_threads`, a setting the purgatory's user never used).
+#[test]
+fn too_many_expiry_threads_is_a_build_error_naming_the_setting() {
+    let n = system_timer::MAX_EXECUTOR_THREADS + 1;
+    let err = P::builder()
+        .expiry_threads(n)
+        .try_build()
+        .expect_err("refused before any thread is spawned");
+    assert_eq!(err, system_timer::BuildError::TooManyExecutorThreads(n));
+    let message = err.to_string();
+    assert!(
+        message.contains("expiry_threads") && message.contains("1024"),
+        "{message}"
+    );
+}
+
 /// A shard count past any sensible one is capped (at `MAX_SHARDS`) instead of overflowing the
 /// round-up to a power of two (a panic in a debug build, a silent 2 shards in a release one)
 /// or allocating billions of shards.

@@ -115,7 +115,8 @@ impl fmt::Display for BuildError {
             }
             BuildError::TooManyExecutorThreads(n) => write!(
                 f,
-                "{n} executor threads asked for, at most {} allowed",
+                "{n} executor threads asked for (`executor_threads`, or a purgatory's \
+                 `expiry_threads`), at most {} allowed",
                 crate::MAX_EXECUTOR_THREADS
             ),
             BuildError::Spawn(e) => write!(f, "could not spawn a timer thread: {e}"),
