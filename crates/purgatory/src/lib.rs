@@ -91,6 +91,12 @@ pub use purgatory::{
     DEFAULT_REAPER_GRACE, DEFAULT_SHARDS, MAX_SHARDS,
 };
 
+/// The timer crate this purgatory runs on, re-exported: its [`ManualClock`](system_timer::ManualClock)
+/// for [`Builder::clock`], its [`SystemTimer`](system_timer::SystemTimer) for [`Builder::timer`]
+/// and the [`BuildError`](system_timer::BuildError) [`Builder::try_build`] returns, without a
+/// dependency of your own to keep in step with this one's.
+pub use system_timer;
+
 /// What `#[must_use]` guards, checked: each `compile_fail` case is the example before it with
 /// the result left unused, under `deny(unused_must_use)`, so it fails only for that.
 ///

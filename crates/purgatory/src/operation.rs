@@ -72,7 +72,7 @@ use crate::sync::{thread_hint, Arc, InCallbacks, Mutex, MutexGuard};
 /// use std::sync::atomic::{AtomicU64, Ordering};
 /// use std::sync::{mpsc, Arc};
 /// use std::time::Duration;
-/// use system_timer::ManualClock;
+/// use purgatory::system_timer::ManualClock; // the timer crate, re-exported
 ///
 /// /// Completes once the high watermark reaches `offset`.
 /// struct DelayedProduce {
