@@ -64,22 +64,35 @@ impl<T> TimerHandle<T> {
     /// ```
     #[inline(always)]
     pub fn cancel(&self) -> bool {
-        let Some(entry) = &self.entry else {
-            return false;
-        };
-        match entry.cancel() {
-            Some(task) => {
-                // The slot is given back before the task is dropped: a panic in its drop (the
-                // task's own code) must not keep the slot for ever.
-                if let Some(cap) = &self.cap {
-                    cap.used.fetch_sub(1, Ordering::AcqRel);
-                }
-                // Dropped here, after the wheel's lock was released.
-                drop(task);
-                true
-            }
-            None => false,
+        // Dropped here, after the wheel's lock was released (and the cap's slot given back:
+        // a panic in the drop, the task's own code, must not keep the slot for ever).
+        self.take().map(drop).is_some()
+    }
+
+    /// Cancels the task and hands it back instead of dropping it: `Some(task)` if this call
+    /// won (when [`cancel`](Self::cancel) would return true), `None` otherwise. The timer no
+    /// longer holds it (its [`max_pending`](crate::Builder::max_pending) slot is free) and will
+    /// never run it; add it again with a new delay (a renewed lease keeps its task, no new
+    /// closure), run it, or drop it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let timer = system_timer::SystemTimer::new();
+    /// let lease = timer.add(Duration::from_secs(10), || println!("lease lost"))?;
+    /// // Renewed: the same task, ten seconds from now.
+    /// let task = lease.take().expect("still pending");
+    /// let lease = timer.add(Duration::from_secs(10), task)?;
+    /// assert!(lease.is_pending() && timer.len() == 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline(always)]
+    #[must_use = "the task is handed back, not dropped: add it again, run it, or use cancel"]
+    pub fn take(&self) -> Option<T> {
+        let task = self.entry.as_ref()?.cancel()?;
+        if let Some(cap) = &self.cap {
+            cap.used.fetch_sub(1, Ordering::AcqRel);
         }
+        Some(task)
     }
 
     /// True once this handle's [`cancel`](Self::cancel) has won.

@@ -144,7 +144,8 @@ pub struct TimerStats {
     pub scheduled: u64,
     /// Tasks that started running.
     pub fired: u64,
-    /// Tasks whose handle's `cancel` won.
+    /// Tasks whose `cancel` (or `take`, which hands the task back) won; a task taken and
+    /// added again counts as scheduled once more.
     pub cancelled: u64,
     /// Tasks that panicked (counted in `fired` too).
     pub panicked: u64,

@@ -654,20 +654,39 @@ impl<T: TimerTask> SystemTimer<T> {
     /// If the task's drop panics, once the cancel has won (as [`TimerHandle::cancel`]).
     #[inline(always)]
     pub fn cancel(&self, key: TimerKey) -> bool {
+        // The slot is given back first: a panic in the task's drop must not keep it for ever.
+        self.take(key).map(drop).is_some()
+    }
+
+    /// Cancels the task `key` names and hands it back instead of dropping it: `Some(task)` if
+    /// this call won (when [`cancel`](Self::cancel) would return true), `None` otherwise. The
+    /// timer no longer holds it (its [`max_pending`](Builder::max_pending) slot is free) and
+    /// will never run it; add it again with a new delay (a renewed lease keeps its task, no new
+    /// closure), run it, or drop it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use system_timer::SystemTimer;
+    /// let timer = SystemTimer::new();
+    /// let mut session = timer.add_keyed(Duration::from_secs(10), || println!("expired"))?;
+    /// // A heartbeat: the same task, ten seconds from now.
+    /// if let Some(task) = timer.take(session) {
+    ///     session = timer.add_keyed(Duration::from_secs(10), task)?;
+    /// }
+    /// assert!(timer.is_pending(session) && timer.len() == 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline(always)]
+    #[must_use = "the task is handed back, not dropped: add it again, run it, or use cancel"]
+    pub fn take(&self, key: TimerKey) -> Option<T> {
         if key.timer != self.inner.id {
-            return false;
+            return None;
         }
-        match self.inner.wheel.cancel(key.key) {
-            Some(task) => {
-                // The slot first: a panic in the task's drop must not keep it for ever.
-                if let Some(cap) = &self.inner.cap {
-                    cap.used.fetch_sub(1, Ordering::AcqRel);
-                }
-                drop(task);
-                true
-            }
-            None => false,
+        let task = self.inner.wheel.cancel(key.key)?;
+        if let Some(cap) = &self.inner.cap {
+            cap.used.fetch_sub(1, Ordering::AcqRel);
         }
+        Some(task)
     }
 
     /// True while the task `key` names waits in this timer for its deadline.

@@ -25,6 +25,16 @@ fn manual(clock: &ManualClock, wheel_size: usize) -> SystemTimer {
         .build()
 }
 
+/// A hand-driven timer (as [`manual`], Kafka's 20 buckets) that holds at most `max` tasks.
+fn capped(clock: &ManualClock, max: usize) -> SystemTimer {
+    SystemTimer::builder()
+        .clock(clock.clone())
+        .reaper(false)
+        .inline()
+        .max_pending(max)
+        .build()
+}
+
 /// Records, per task id, the clock readings (ns) at which it ran.
 #[derive(Clone, Default)]
 struct Log(Arc<Mutex<HashMap<u64, Vec<u64>>>>);
@@ -168,6 +178,82 @@ fn cancel_before_firing_wins_and_after_firing_loses() {
     assert_eq!(
         (st.scheduled, st.fired, st.cancelled, st.pending),
         (2, 1, 1, 0)
+    );
+}
+
+/// `take` wins as `cancel` does (the task leaves at once and never runs from its first
+/// deadline) but hands the task back: added again, it runs once, at its new deadline and not
+/// before. A second take, a take after firing and another timer's key all get `None`.
+#[test]
+fn take_hands_the_task_back_and_a_re_add_runs_it_at_the_new_deadline() {
+    let clock = ManualClock::new(0);
+    let timer = manual(&clock, 20);
+    let log = Log::default();
+    let key = timer.add_keyed(5 * MS, log.task(&clock, 1)).unwrap();
+    let handle = timer.add(5 * MS, log.task(&clock, 2)).unwrap();
+    let task = timer.take(key).expect("a pending task is taken");
+    assert!(timer.take(key).is_none(), "taken twice");
+    assert!(!timer.cancel(key), "cancelled after it was taken");
+    let task2 = handle.take().expect("a pending task is taken");
+    assert!(handle.take().is_none() && handle.is_cancelled());
+    assert!(timer.is_empty(), "taken tasks left at once");
+    clock.advance(5 * MS);
+    assert_eq!(timer.advance(), 0, "a taken task ran at its first deadline");
+    // Renewed: both again, 10 ms from now (15 ms).
+    let key = timer.add_keyed(10 * MS, task).unwrap();
+    let handle = timer.add(10 * MS, task2).unwrap();
+    clock.advance(9 * MS);
+    assert_eq!(timer.advance(), 0, "a re-added task ran early");
+    clock.advance(MS);
+    assert_eq!(timer.advance(), 2);
+    assert_eq!(
+        (log.runs(1), log.runs(2)),
+        (vec![15_000_000], vec![15_000_000])
+    );
+    assert!(
+        timer.take(key).is_none() && handle.take().is_none(),
+        "taken after firing"
+    );
+    let other = manual(&clock, 20);
+    let foreign = other.add_keyed(5 * MS, || ()).unwrap();
+    assert!(timer.take(foreign).is_none(), "took another timer's task");
+    assert!(other.is_pending(foreign));
+    let st = timer.stats();
+    assert_eq!(
+        (st.scheduled, st.fired, st.cancelled, st.pending),
+        (4, 2, 2, 0)
+    );
+}
+
+/// A taken task gives its `max_pending` slot back, as a cancelled one does, and is not dropped
+/// by the timer (what it owns lives on in the caller's hands).
+#[test]
+fn take_frees_the_pending_slot_and_keeps_the_task_alive() {
+    let clock = ManualClock::new(0);
+    let timer = capped(&clock, 1);
+    let owned = Arc::new(());
+    let held = Arc::clone(&owned);
+    let key = timer
+        .add_keyed(Duration::from_secs(3600), move || drop(held))
+        .unwrap();
+    assert!(timer.add(MS, || ()).unwrap_err().is_full());
+    let task = timer.take(key).expect("pending");
+    assert_eq!(
+        Arc::strong_count(&owned),
+        2,
+        "the timer dropped the taken task"
+    );
+    let h = timer.add(MS, || ()).expect("the taken task's slot is free");
+    assert!(h.take().is_some());
+    assert!(
+        timer.add(MS, || ()).is_ok(),
+        "a handle's take frees the slot too"
+    );
+    task.run();
+    assert_eq!(
+        Arc::strong_count(&owned),
+        1,
+        "the task ran in the caller's hands"
     );
 }
 
@@ -445,12 +531,7 @@ fn a_task_due_at_add_runs_on_an_executor_not_the_adding_thread() {
 #[test]
 fn the_pending_cap_hands_the_task_back() {
     let clock = ManualClock::new(0);
-    let timer: SystemTimer = SystemTimer::builder()
-        .clock(clock.clone())
-        .reaper(false)
-        .inline()
-        .max_pending(3)
-        .build();
+    let timer = capped(&clock, 3);
     let hs: Vec<_> = (0..3).map(|_| timer.add(MS, || ()).unwrap()).collect();
     let e = timer.add(MS, || ()).unwrap_err();
     assert!(e.is_full());
@@ -468,12 +549,7 @@ fn the_pending_cap_hands_the_task_back() {
 /// ever), and the shutdown gives the cap's slots back with the tasks it returns.
 #[test]
 fn a_full_timer_after_shutdown_refuses_with_shutdown() {
-    let timer: SystemTimer = SystemTimer::builder()
-        .clock(ManualClock::new(0))
-        .reaper(false)
-        .inline()
-        .max_pending(2)
-        .build();
+    let timer = capped(&ManualClock::new(0), 2);
     for _ in 0..2 {
         timer.add(60 * MS, || ()).unwrap();
     }
@@ -914,12 +990,7 @@ fn a_reaper_without_a_grace_never_calls_for_help() {
 #[test]
 fn keys_cancel_exactly_once_and_match_only_their_task() {
     let clock = ManualClock::new(0);
-    let timer = SystemTimer::builder()
-        .clock(clock.clone())
-        .reaper(false)
-        .inline()
-        .max_pending(2)
-        .build();
+    let timer = capped(&clock, 2);
     let other = manual(&clock, 20);
     let log = Log::default();
     let a = timer.add_keyed(5 * MS, log.task(&clock, 1)).unwrap();
