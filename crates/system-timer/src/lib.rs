@@ -111,5 +111,37 @@ pub use timer::{Builder, SystemTimer, MAX_EXECUTOR_THREADS};
 /// let timer = system_timer::SystemTimer::builder().reaper(false).build();
 /// timer.shutdown();
 /// ```
+/// The task [`SystemTimer::take`] and [`TimerHandle::take`] hand back (a `cancel` that drops
+/// it is what an unused take means):
+/// ```
+/// #![deny(unused_must_use)]
+/// # use std::time::Duration;
+/// let timer = system_timer::SystemTimer::builder().reaper(false).build();
+/// let key = timer.add_keyed(Duration::from_secs(9), || ())?;
+/// let handle = timer.add(Duration::from_secs(9), || ())?;
+/// let _task = timer.take(key);
+/// let _task = handle.take();
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+/// ```compile_fail
+/// #![deny(unused_must_use)]
+/// # use std::time::Duration;
+/// let timer = system_timer::SystemTimer::builder().reaper(false).build();
+/// let key = timer.add_keyed(Duration::from_secs(9), || ())?;
+/// let handle = timer.add(Duration::from_secs(9), || ())?;
+/// timer.take(key);
+/// let _task = handle.take();
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+/// ```compile_fail
+/// #![deny(unused_must_use)]
+/// # use std::time::Duration;
+/// let timer = system_timer::SystemTimer::builder().reaper(false).build();
+/// let key = timer.add_keyed(Duration::from_secs(9), || ())?;
+/// let handle = timer.add(Duration::from_secs(9), || ())?;
+/// let _task = timer.take(key);
+/// handle.take();
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[cfg(doctest)]
 pub struct MustUse;
