@@ -819,6 +819,41 @@ impl<Op: DelayedOperation> OperationHandle<Op> {
     /// ```
     #[doc(alias = "forceComplete")]
     pub fn force_complete(&self) -> bool {
+        self.force_complete_with(|_| ())
+    }
+
+    /// [`force_complete`](Self::force_complete), running `f` on the operation first, in the
+    /// same lock hold, only if it is still pending: the way to say *why* it is forced (a fetch
+    /// whose partition moved answers "not leader", not "timed out"), since `on_complete` cannot
+    /// tell a forced completion from an expiry (see [Answering a
+    /// timeout](DelayedOperation#answering-a-timeout)). Returns as `force_complete` does; `f`
+    /// ran exactly when it returns true.
+    ///
+    /// `f` must not call into the purgatory or this operation's handles (as [`with`](Self::with)).
+    /// A panic in `f` goes on to the caller with the operation still pending (`on_complete` not
+    /// called).
+    ///
+    /// ```
+    /// # use purgatory::{DelayedOperation, Purgatory};
+    /// # use std::time::Duration;
+    /// # use std::sync::mpsc;
+    /// struct Fetch { error: &'static str, respond: mpsc::Sender<&'static str> }
+    /// impl DelayedOperation for Fetch {
+    ///     fn try_complete(&mut self) -> bool { false } // no bytes arrive in this example
+    ///     fn on_complete(&mut self) { self.respond.send(self.error).unwrap() }
+    /// }
+    /// let fetches: Purgatory<&str, Fetch> = Purgatory::builder().reaper(false).build();
+    /// let (respond, responses) = mpsc::channel();
+    /// let op = Fetch { error: "REQUEST_TIMED_OUT", respond };
+    /// fetches.try_complete_else_watch(op, Duration::from_secs(30), &["orders-0"])?;
+    /// // The partition moved to another broker: answer its fetches now, and say so.
+    /// for fetch in fetches.cancel_for_key(&"orders-0") {
+    ///     assert!(fetch.force_complete_with(|f| f.error = "NOT_LEADER_OR_FOLLOWER"));
+    /// }
+    /// assert_eq!(responses.try_recv()?, "NOT_LEADER_OR_FOLLOWER");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn force_complete_with(&self, f: impl FnOnce(&mut Op)) -> bool {
         // `completed` never goes back: once set, no lock is needed to answer (and the lock may
         // be this thread's, when the operation's own `on_complete` calls this).
         if self.cell.is_completed() {
@@ -828,6 +863,7 @@ impl<Op: DelayedOperation> OperationHandle<Op> {
         if self.cell.is_completed() {
             return false;
         }
+        f(st.op.as_mut().expect("a pending operation holds its op"));
         self.cell.complete_locked(&mut st, How::Completed);
         true
     }

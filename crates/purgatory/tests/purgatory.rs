@@ -17,6 +17,8 @@ const LONG: Duration = Duration::from_secs(3600);
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Ev {
     Try,
+    /// Logged by a `force_complete_with` closure.
+    Forced,
     Complete,
     Expire,
 }
@@ -307,6 +309,40 @@ fn cancel_for_key_with_and_without_watchers() {
     assert_eq!(x.completions(), 1);
     assert!(ops[1].force_complete(), "y can still be forced");
     assert_eq!(y.completions(), 1);
+}
+
+/// `force_complete_with` runs its closure on the pending operation before `on_complete`, in the
+/// same lock hold, and not at all once the operation has completed; a panic in the closure
+/// leaves the operation pending (armed, not completed), to complete later exactly once.
+#[test]
+fn force_complete_with_runs_before_on_complete_and_only_while_pending() {
+    let clock = ManualClock::new(0);
+    let p = manual(&clock);
+    let (probe, other) = (Probe::default(), Probe::default());
+    let forced = |op: &mut Op| op.log.lock().unwrap().push(Ev::Forced);
+    let w = p.try_complete_else_watch(probe.op(), LONG, &["k"]).unwrap();
+    assert!(w.handle.force_complete_with(forced));
+    assert_eq!(probe.events(), [Ev::Try, Ev::Try, Ev::Forced, Ev::Complete]);
+    assert!(!w
+        .handle
+        .force_complete_with(|_| panic!("ran on a completed operation")));
+    let w = p.try_complete_else_watch(other.op(), LONG, &["k"]).unwrap();
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        w.handle
+            .force_complete_with(|_| panic!("the caller's closure"))
+    }));
+    assert!(panicked.is_err());
+    assert!(
+        !w.handle.is_completed() && p.delayed() == 1,
+        "not pending after the panic"
+    );
+    assert_eq!(other.completions(), 0);
+    assert!(
+        w.handle.force_complete_with(forced),
+        "the lock was left held"
+    );
+    assert_eq!(other.events(), [Ev::Try, Ev::Try, Ev::Forced, Ev::Complete]);
+    assert_eq!(p.delayed(), 0);
 }
 
 /// An operation `cancel_for_key` removed from its only key is no longer seen by a shutdown: its
