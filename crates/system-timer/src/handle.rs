@@ -13,12 +13,13 @@ use crate::timer::Cap;
 /// **not** cancel the task (fire-and-forget is the common case).
 ///
 /// The task leaves the wheel exactly one way, and the handle tells which: [`is_cancelled`]
-/// (this handle's [`cancel`] won: the task never runs), [`is_fired`] (the timer took it out to
-/// run), [`is_handed_back`] (a shutdown returned it from the wheel). A fired task queued for an
-/// executor and not yet started when a shutdown comes is handed back too, but its handle still
-/// says fired: it left the wheel that way.
+/// (this handle's [`cancel`] or [`take`] won: the timer never runs the task), [`is_fired`]
+/// (the timer took it out to run), [`is_handed_back`] (a shutdown returned it from the wheel).
+/// A fired task queued for an executor and not yet started when a shutdown comes is handed
+/// back too, but its handle still says fired: it left the wheel that way.
 ///
 /// [`cancel`]: TimerHandle::cancel
+/// [`take`]: TimerHandle::take
 /// [`is_cancelled`]: TimerHandle::is_cancelled
 /// [`is_fired`]: TimerHandle::is_fired
 /// [`is_handed_back`]: TimerHandle::is_handed_back
@@ -95,7 +96,7 @@ impl<T> TimerHandle<T> {
         Some(task)
     }
 
-    /// True once this handle's [`cancel`](Self::cancel) has won.
+    /// True once this handle's [`cancel`](Self::cancel) (or [`take`](Self::take)) has won.
     pub fn is_cancelled(&self) -> bool {
         self.entry.as_ref().is_some_and(EntryHandle::is_cancelled)
     }
