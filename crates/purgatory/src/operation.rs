@@ -65,7 +65,8 @@ use crate::sync::{thread_hint, Arc, InCallbacks, Mutex, MutexGuard};
 /// `on_expiration`, as in Kafka). To answer differently on a timeout, do as Kafka's
 /// `DelayedProduce` does: start with the timeout's answer and overwrite it in `try_complete`
 /// when the operation is ready. An operation forced through its handle answers with whatever
-/// state it was left in (here: timed out, not ready).
+/// state it was left in (here: timed out, not ready), unless the caller sets it first with
+/// [`OperationHandle::force_complete_with`].
 ///
 /// ```
 /// use purgatory::{DelayedOperation, Purgatory};
