@@ -85,7 +85,7 @@ pub struct Args {
     /// Requests to issue.
     #[arg(long, default_value_t = 1_000_000)]
     pub num: usize,
-    /// Target request rate (requests per second).
+    /// Target request rate (requests per second, 1 to 10^9).
     #[arg(long, default_value_t = 100_000.0)]
     pub rate: f64,
     /// Median completion latency, ms (low-timeout point: 20; high-timeout point: 200).
@@ -121,7 +121,7 @@ pub struct Args {
     /// the run lasts that much longer (at most 3,600,000).
     #[arg(long, default_value_t = purgatory::BUSY_REAPER_GRACE.as_secs_f64() * 1000.0)]
     pub reaper_grace_ms: f64,
-    /// Purgatory purge interval (completed watched operations between purges).
+    /// Purgatory purge interval (completed watched operations between purges, at least 1).
     #[arg(long, default_value_t = 1000)]
     pub purge_interval: usize,
     /// Timer executor threads (expiries run there), at most 256; 0 (the purgatory's default)
@@ -158,11 +158,13 @@ pub struct Args {
     /// Print the report as one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
-    /// Draw the completion-delay distribution and the achieved rate over time to this SVG file.
+    /// Draw the completion-delay distribution and the achieved rate over time to this SVG file
+    /// (its name must end in .svg).
     #[arg(long)]
     pub plot: Option<PathBuf>,
     /// Search for the highest rate sustained (achieved within 2% of the rate its schedule asks
-    /// for, the target up to the draws' chance, and checks passing), starting from --rate.
+    /// for, the target up to the draws' chance, and checks passing), starting from --rate
+    /// (with fewer than 10,000 requests it warns: the answer is then mostly noise).
     #[arg(long)]
     pub find_max_rate: bool,
     /// Run the harness alone: the same arrivals, bursts, sleeps, batches, completer wake-ups
@@ -172,7 +174,8 @@ pub struct Args {
     #[arg(long)]
     pub harness_only: bool,
     /// After the run, run the harness alone with the same flags (`--harness-only`) and report
-    /// its CPU beside the run's: the difference is the purgatory's own share.
+    /// its CPU beside the run's: the difference is the purgatory's own share. Not with
+    /// --harness-only.
     #[arg(long)]
     pub baseline: bool,
 }
@@ -495,14 +498,21 @@ fn harness_alone(args: &Args) -> Args {
 const MAX_TIMEOUT_MS: u64 = 3_600_000;
 /// The most keys one request may watch.
 const MAX_KEYS: usize = 1024;
+/// The highest `--rate` accepted (requests/s): the gaps are whole nanoseconds.
+const MAX_RATE: f64 = 1e9;
+/// Below this many requests, `--find-max-rate` warns that its answer is mostly noise.
+const FIND_MAX_RATE_MIN_NUM: usize = 10_000;
 
 /// The most timer executor threads `--executors` accepts.
 const MAX_EXECUTORS: usize = 256;
 
 fn validate(a: &Args) -> Result<(), String> {
-    // At least one request a second: the gaps are whole nanoseconds in a u64.
-    if a.num == 0 || !(a.rate >= 1.0 && a.rate.is_finite()) {
-        return Err("need --num >= 1 and a finite --rate >= 1".into());
+    // At least one request a second: the gaps are whole nanoseconds in a u64. At most 10^9:
+    // above it every gap rounds to 0 ns (a 1e300 target was accepted and printed in full).
+    if a.num == 0 || !(1.0..=MAX_RATE).contains(&a.rate) {
+        return Err(format!(
+            "need --num >= 1 and 1 <= --rate <= {MAX_RATE:e} (requests/s)"
+        ));
     }
     if a.num > EXPIRES as usize {
         return Err(format!("--num must be at most {EXPIRES}"));
@@ -556,6 +566,28 @@ fn validate(a: &Args) -> Result<(), String> {
     // A thread each: a huge count only fails (or exhausts the machine) spawning them.
     if a.executors > MAX_EXECUTORS {
         return Err(format!("need --executors <= {MAX_EXECUTORS}"));
+    }
+    // The purgatory clamps 0 to 1: the header and the JSON said 0 of a run purged at 1.
+    if a.purge_interval == 0 {
+        return Err("need --purge-interval >= 1 (completions between purges)".into());
+    }
+    // The harness-only run has no purgatory to take a share of: --baseline was dropped.
+    if a.harness_only && a.baseline {
+        return Err(
+            "--baseline runs the harness alone after the run: not with --harness-only".into(),
+        );
+    }
+    // The plot is always SVG: a `plot.png` got SVG in it.
+    if let Some(path) = &a.plot {
+        let svg = path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("svg"));
+        if !svg {
+            return Err(format!(
+                "--plot draws SVG: give a file name ending in .svg, not {}",
+                path.display()
+            ));
+        }
     }
     // 0 turns the display off; a negative or NaN interval did so silently.
     if !(a.progress >= 0.0 && a.progress.is_finite()) {
@@ -1496,6 +1528,13 @@ fn find_max_rate(args: &Args) -> ExitCode {
         );
         r
     };
+    if args.num < FIND_MAX_RATE_MIN_NUM {
+        eprintln!(
+            "warning: --num {} is too few requests for the rate found to mean much (each probe \
+             lasts a moment; use {FIND_MAX_RATE_MIN_NUM} or more)",
+            args.num
+        );
+    }
     println!(
         "{} -- searching for the highest sustained rate",
         header(args)
@@ -1819,7 +1858,7 @@ mod tests {
         assert!(validate(&a).is_err());
         assert!(validate(&small(Model::Watch)).is_ok());
         // Each of these used to panic, abort on a huge allocation, hang or print NaN.
-        let bad: [fn(&mut Args); 17] = [
+        let bad: [fn(&mut Args); 23] = [
             |a| a.tick_ms = f64::INFINITY,
             |a| a.tick_ms = 1e-9,
             |a| a.wheel_size = 1_000_000_000,
@@ -1837,11 +1876,29 @@ mod tests {
             |a| a.progress = -1.0,
             |a| a.progress = f64::NAN,
             |a| a.progress = f64::INFINITY,
+            |a| a.rate = 1e300,
+            |a| a.rate = MAX_RATE * 2.0,
+            |a| a.purge_interval = 0,
+            |a| (a.harness_only, a.baseline) = (true, true),
+            |a| a.plot = Some(PathBuf::from("plot.png")),
+            |a| a.plot = Some(PathBuf::from("plot")),
         ];
         for (i, spoil) in bad.iter().enumerate() {
             let mut a = small(Model::Kafka);
             spoil(&mut a);
             assert!(validate(&a).is_err(), "case {i} accepted");
+        }
+        // The edges of what was just refused are accepted.
+        let good: [fn(&mut Args); 4] = [
+            |a| a.rate = MAX_RATE,
+            |a| a.purge_interval = 1,
+            |a| a.plot = Some(PathBuf::from("out/Plot.SVG")),
+            |a| a.baseline = true,
+        ];
+        for (i, keep) in good.iter().enumerate() {
+            let mut a = small(Model::Kafka);
+            keep(&mut a);
+            assert!(validate(&a).is_ok(), "case {i} refused");
         }
     }
 
