@@ -36,8 +36,8 @@ pub struct Args {
     /// Delay of the one task (seconds, at most 10^7); it must not fall due during the run.
     #[arg(long, default_value_t = 60)]
     pub delay_s: u64,
-    /// Time to settle between the add and the idle stretch (ms).
-    #[arg(long, default_value_t = 200)]
+    /// Time to settle between the add and the idle stretch (ms, at most an hour).
+    #[arg(long, default_value_t = 200, value_parser = crate::measure::wait_ms())]
     pub settle_ms: u64,
     /// Implementations, comma separated (`no-timer`: the process alone, the baseline).
     #[arg(long, value_delimiter = ',',

@@ -8,7 +8,7 @@ use kafka_timer::churn::{
     self, ChurnFigures, ConcurrentWheelTarget, DelayQueueTarget, HeapTarget, KeyedTimerTarget,
     TimerTarget, TypedTimerTarget, WheelTarget,
 };
-use kafka_timer::measure::{at_least, machine_line};
+use kafka_timer::measure::{at_least, machine_line, MAX_TASKS};
 
 /// jemalloc instead of the system allocator with feature `jemalloc` (off by default): why, and
 /// what it changes, in the dependency's comment in Cargo.toml.
@@ -22,7 +22,10 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 #[command(
     version,
     about = "Kafka-style timer and purgatory: the workloads of BENCHMARKS.md",
-    args_conflicts_with_subcommands = true
+    args_conflicts_with_subcommands = true,
+    // `--rate -5` said "unexpected argument '-5'": a negative number is taken as the flag's
+    // value, and the flag's own check says what is wrong with it (here and in each subcommand).
+    allow_negative_numbers = true
 )]
 struct Cli {
     #[command(subcommand)]
@@ -34,22 +37,30 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Cmd {
     /// W1 churn: add N tasks (1..=30000 ms), cancel 90%; ns/op per phase and bytes per task.
+    #[command(allow_negative_numbers = true)]
     W1(W1Args),
     /// W1x2: two threads add and cancel concurrently on one timer; wall ns per op.
+    #[command(allow_negative_numbers = true)]
     W1x2(kafka_timer::parallel::Args),
     /// W2 expiry precision: lateness percentiles, early / missing / duplicate fires, CPU.
+    #[command(allow_negative_numbers = true)]
     W2(kafka_timer::precision::Args),
     /// W3 idle cost: CPU and reaper wake-ups over 10 s idle.
+    #[command(allow_negative_numbers = true)]
     W3(kafka_timer::idle::Args),
     /// W4 purgatory load generator (the default command; same flags).
+    #[command(allow_negative_numbers = true)]
     W4(kafka_timer::load::Args),
     /// W5 scale: W1's add and cancel ns/op at N = 10^4 .. 10^7 pending (delay range N × 0.03 ms).
+    #[command(allow_negative_numbers = true)]
     W5(W5Args),
     /// The CPU time one thread sleep-and-wake costs on this machine (the floor under every
     /// workload whose threads wake once per tick).
+    #[command(allow_negative_numbers = true)]
     WakeCost {
-        /// Sleep length, µs.
-        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+        /// Sleep length, µs (at most a second).
+        #[arg(long, default_value_t = 1000,
+              value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
         period_us: u64,
         /// Sleeps.
         #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..))]
@@ -109,8 +120,8 @@ impl Probe {
 
 #[derive(clap::Args, Debug, Clone)]
 struct W1Args {
-    /// Tasks to add (at least 2: the cancel phase needs a task to cancel).
-    #[arg(long, default_value_t = 1_000_000, value_parser = at_least(2))]
+    /// Tasks to add (at least 2: the cancel phase needs a task to cancel; at most 10^8).
+    #[arg(long, default_value_t = 1_000_000, value_parser = kafka_timer::measure::task_count(2))]
     n: usize,
     /// Delay range in ms (delay = 1 + rand % range), at most 10^10.
     #[arg(long, default_value_t = 30_000, value_parser = churn::range_ms())]
@@ -134,7 +145,8 @@ struct W1Args {
 
 #[derive(clap::Args, Debug, Clone)]
 struct W5Args {
-    /// Pending counts to measure (each at least 2: the cancel phase needs a task to cancel).
+    /// Pending counts to measure (each at least 2: the cancel phase needs a task to cancel; at
+    /// most 10^8).
     #[arg(long, value_delimiter = ',', default_values_t = vec![10_000, 100_000, 1_000_000, 10_000_000])]
     sizes: Vec<usize>,
     /// Runs per point (medians).
@@ -153,13 +165,19 @@ struct W5Args {
 impl W5Args {
     /// What clap cannot check on a list: every size at least 2 (the cancel phase cancels the
     /// tasks with `i % 10 != 0`: one task leaves it none) and at least one run.
-    fn check(&self) -> Result<(), &'static str> {
+    fn check(&self) -> Result<(), String> {
         if self.sizes.iter().any(|&n| n < 2) || self.runs == 0 {
             return Err(
                 "every --sizes value must be at least 2 (the cancel phase cancels the \
                         tasks with i % 10 != 0, and one task leaves it none) and --runs at \
-                        least 1",
+                        least 1"
+                    .into(),
             );
+        }
+        // Checked before the first point runs: a size past it failed only when its turn came,
+        // in a child process, naming a flag the user never gave (its delay range's).
+        if let Some(n) = self.sizes.iter().find(|&&n| n as u64 > MAX_TASKS) {
+            return Err(format!("--sizes value {n} is above {MAX_TASKS}"));
         }
         Ok(())
     }
@@ -479,6 +497,66 @@ mod tests {
         }
         assert_eq!(w5(&["--sizes", "2,10", "--runs", "1"]), Ok(()));
         assert_eq!(w5(&[]), Ok(()));
+        let too_many = (MAX_TASKS + 1).to_string();
+        assert!(w5(&["--sizes", &format!("2,{too_many}")]).is_err());
+        assert_eq!(w5(&["--sizes", &MAX_TASKS.to_string()]), Ok(()));
+    }
+
+    /// A negative number is a flag's value, refused by that flag's own check (clap said
+    /// "unexpected argument '-5' found"), at the top level and in the subcommands.
+    #[test]
+    fn negative_numbers_reach_the_flags_own_checks() {
+        let cli = parse(&["--rate", "-5"]).expect("parsed");
+        assert_eq!(cli.w4.rate, -5.0);
+        assert!(kafka_timer::load::run(&cli.w4) == ExitCode::from(2));
+        match parse(&["w3", "--seconds", "-1"]).expect("parsed").command {
+            Some(Cmd::W3(a)) => assert_eq!(a.seconds, -1.0),
+            other => panic!("not w3: {other:?}"),
+        }
+        // Unsigned flags: refused by their parser as a bad value, not as an unknown flag.
+        for args in [
+            &["w4", "--timeout", "-1"][..],
+            &["w1", "--n", "-2"],
+            &["wake-cost", "--count", "-1"],
+        ] {
+            let e = parse(args).expect_err("refused");
+            assert_eq!(
+                e.kind(),
+                clap::error::ErrorKind::ValueValidation,
+                "{args:?}: {e}"
+            );
+        }
+    }
+
+    /// Task counts past `MAX_TASKS` panicked on a capacity overflow (w1x2, w2) or failed in a
+    /// child process (w1): refused by the parser, the bound itself accepted. The waits in
+    /// milliseconds past an hour hung the run (w2's grace, w3's settle) or overflowed the
+    /// clock's arithmetic (w2's timeout); wake-cost's sleep past a second likewise.
+    #[test]
+    fn absurd_task_counts_and_waits_are_refused() {
+        let (too_many, most) = ((MAX_TASKS + 1).to_string(), MAX_TASKS.to_string());
+        let (too_long, longest) = (
+            (kafka_timer::measure::MAX_WAIT_MS + 1).to_string(),
+            kafka_timer::measure::MAX_WAIT_MS.to_string(),
+        );
+        for sub in ["w1", "w1x2", "w2"] {
+            assert!(parse(&[sub, "--n", &too_many]).is_err(), "{sub}");
+            assert!(
+                parse(&[sub, "--n", "18446744073709551615"]).is_err(),
+                "{sub}"
+            );
+            assert!(parse(&[sub, "--n", &most]).is_ok(), "{sub}");
+        }
+        for (sub, flag) in [
+            ("w2", "--grace-ms"),
+            ("w2", "--timeout-ms"),
+            ("w3", "--settle-ms"),
+        ] {
+            assert!(parse(&[sub, flag, &too_long]).is_err(), "{sub} {flag}");
+            assert!(parse(&[sub, flag, &longest]).is_ok(), "{sub} {flag}");
+        }
+        assert!(parse(&["wake-cost", "--period-us", "1000001"]).is_err());
+        assert!(parse(&["wake-cost", "--period-us", "1000000"]).is_ok());
     }
 
     /// `wake-cost --count 0` timed no sleep and `--period-us 0` a sleep that returns at once

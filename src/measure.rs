@@ -212,6 +212,24 @@ pub fn at_least(min: u64) -> clap::builder::RangedU64ValueParser<usize> {
     clap::builder::RangedU64ValueParser::new().range(min..)
 }
 
+/// The most tasks a churn workload (W1, W1x2, W2, each W5 point) takes: 10^8, ten times W5's
+/// largest point. Past it the task vectors' capacity overflowed (a panic, not an error).
+pub const MAX_TASKS: u64 = 100_000_000;
+
+/// The parser of a task count: from `min` (see [`at_least`]) to [`MAX_TASKS`].
+pub fn task_count(min: u64) -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::new().range(min..=MAX_TASKS)
+}
+
+/// The longest wait a flag in milliseconds takes: an hour. Longer ones only hung the run, or
+/// overflowed the clock's arithmetic (a panic).
+pub const MAX_WAIT_MS: u64 = 3_600_000;
+
+/// The parser of a wait in milliseconds: 0 to [`MAX_WAIT_MS`].
+pub fn wait_ms() -> clap::builder::RangedU64ValueParser<u64> {
+    clap::builder::RangedU64ValueParser::new().range(0..=MAX_WAIT_MS)
+}
+
 /// The median of a list of samples (the mean of the middle two for an even count).
 pub fn median(xs: &[f64]) -> f64 {
     let mut v = xs.to_vec();

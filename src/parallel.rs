@@ -44,8 +44,8 @@ pub enum Split {
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
     /// Tasks to add over both threads (N/2 each; at least 2: the cancel phase needs a task to
-    /// cancel).
-    #[arg(long, default_value_t = 1_000_000, value_parser = at_least(2))]
+    /// cancel; at most 10^8).
+    #[arg(long, default_value_t = 1_000_000, value_parser = crate::measure::task_count(2))]
     pub n: usize,
     /// Delay range in ms (delay = 1 + rand % range), at most 10^10.
     #[arg(long, default_value_t = 30_000, value_parser = churn::range_ms())]

@@ -38,17 +38,19 @@ pub const IMPLS: &[&str] = &[
 /// Flags of `w2`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
-    /// Tasks to add.
-    #[arg(long, default_value_t = 100_000, value_parser = crate::measure::at_least(1))]
+    /// Tasks to add (at most 10^8).
+    #[arg(long, default_value_t = 100_000, value_parser = crate::measure::task_count(1))]
     pub n: usize,
     /// Delay range in ms (delay = 1 + rand % range), at most 10^10.
     #[arg(long, default_value_t = 2_000, value_parser = crate::churn::range_ms())]
     pub range_ms: u64,
-    /// After the last fire, wait this long for duplicate fires before shutting down (ms).
-    #[arg(long, default_value_t = 200)]
+    /// After the last fire, wait this long for duplicate fires before shutting down (ms, at
+    /// most an hour).
+    #[arg(long, default_value_t = 200, value_parser = crate::measure::wait_ms())]
     pub grace_ms: u64,
-    /// Give up waiting for missing fires this long after the longest delay has passed (ms).
-    #[arg(long, default_value_t = 10_000)]
+    /// Give up waiting for missing fires this long after the longest delay has passed (ms, at
+    /// most an hour).
+    #[arg(long, default_value_t = 10_000, value_parser = crate::measure::wait_ms())]
     pub timeout_ms: u64,
     /// Implementations, comma separated.
     #[arg(long, value_delimiter = ',',
