@@ -122,30 +122,26 @@ mod tests {
     /// An operation with no `Debug` of its own.
     struct Opaque;
 
+    /// One error of each variant, in declaration order, each with an operation `op` makes.
+    fn each<T>(mut op: impl FnMut() -> T) -> [WatchError<T>; 3] {
+        [
+            WatchError::NoKeys(op()),
+            WatchError::Shutdown(op()),
+            WatchError::Full(op()),
+        ]
+    }
+
     /// `Debug` names the variant and hides the operation (which need not be `Debug`).
     #[test]
     fn debug_names_the_variant_without_the_operation() {
-        let texts = [
-            WatchError::NoKeys(Opaque),
-            WatchError::Shutdown(Opaque),
-            WatchError::Full(Opaque),
-        ]
-        .map(|e| format!("{e:?}"));
+        let texts = each(|| Opaque).map(|e| format!("{e:?}"));
         assert_eq!(texts, ["NoKeys(..)", "Shutdown(..)", "Full(..)"]);
     }
 
     /// Each `is_*` is true for its own variant only.
     #[test]
     fn each_predicate_is_true_for_its_own_variant_only() {
-        let errors = [
-            WatchError::NoKeys(Opaque),
-            WatchError::Shutdown(Opaque),
-            WatchError::Full(Opaque),
-        ];
-        let table = errors
-            .iter()
-            .map(|e| [e.is_no_keys(), e.is_shutdown(), e.is_full()])
-            .collect::<Vec<_>>();
+        let table = each(|| Opaque).map(|e| [e.is_no_keys(), e.is_shutdown(), e.is_full()]);
         assert_eq!(
             table,
             [
@@ -160,19 +156,8 @@ mod tests {
     #[test]
     fn without_op_keeps_the_variant_and_drops_the_operation() {
         let op = std::sync::Arc::new(());
-        let errors = [
-            WatchError::NoKeys(op.clone()).without_op(),
-            WatchError::Shutdown(op.clone()).without_op(),
-            WatchError::Full(op.clone()).without_op(),
-        ];
+        let errors = each(|| op.clone()).map(WatchError::without_op);
         assert_eq!(std::sync::Arc::strong_count(&op), 1, "an operation kept");
-        assert_eq!(
-            errors,
-            [
-                WatchError::NoKeys(()),
-                WatchError::Shutdown(()),
-                WatchError::Full(())
-            ]
-        );
+        assert_eq!(errors, each(|| ()));
     }
 }
