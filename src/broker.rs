@@ -175,6 +175,8 @@ impl Log {
 struct ProduceResponse {
     statuses: Vec<(u32, u64, Status, u64)>,
     expired: bool,
+    /// Expired before its timeout had passed (the timer promises never early).
+    expired_early: bool,
     /// Expired although, for every partition, a check after its HW reached the offset had
     /// already returned: that check must have completed it (a lost wake-up).
     expired_when_ready: bool,
@@ -187,6 +189,9 @@ struct DelayedProduce {
     /// (partition, required offset, status: preset to `RequestTimedOut`).
     parts: Vec<(u32, u64, Status)>,
     expired: bool,
+    /// Read before the purgatory took it, and its timeout: an expiry must not come earlier.
+    issued: Instant,
+    timeout: Duration,
     responses: Arc<Vec<Mutex<Option<ProduceResponse>>>>,
     answered: Arc<Vec<AtomicU8>>,
 }
@@ -222,6 +227,7 @@ impl DelayedOperation for DelayedProduce {
         *self.responses[self.id].lock().unwrap() = Some(ProduceResponse {
             statuses,
             expired: false,
+            expired_early: false,
             expired_when_ready: false,
         });
     }
@@ -239,6 +245,7 @@ impl DelayedOperation for DelayedProduce {
             .and_then(|at| at.into_iter().max());
         if let Some(r) = self.responses[self.id].lock().unwrap().as_mut() {
             r.expired = true;
+            r.expired_early = self.issued.elapsed() < self.timeout;
             r.expired_when_ready = ready_since.is_some_and(|at| at < now);
         }
     }
@@ -248,6 +255,8 @@ impl DelayedOperation for DelayedProduce {
 struct FetchResponse {
     bytes: u64,
     expired: bool,
+    /// Expired before `max_wait` had passed (the timer promises never early).
+    expired_early: bool,
     /// Expired although checks that had already returned made `min_bytes` available: they
     /// must have completed it (a lost wake-up).
     expired_when_ready: bool,
@@ -260,10 +269,14 @@ struct DelayedFetch {
     /// (partition, fetch offset).
     parts: Vec<(u32, u64)>,
     min_bytes: u64,
+    /// Read before the purgatory took it, and its `max_wait`: an expiry must not come earlier.
+    issued: Instant,
+    max_wait: Duration,
     reply: mpsc::Sender<(usize, FetchResponse)>,
     answered: Arc<Vec<AtomicU8>>,
     bytes: u64,
     expired: bool,
+    expired_early: bool,
     expired_when_ready: bool,
 }
 
@@ -296,6 +309,7 @@ impl DelayedOperation for DelayedFetch {
     }
     fn on_expiration(&mut self) {
         self.expired = true;
+        self.expired_early = self.issued.elapsed() < self.max_wait;
         // As for produces: under the operation's lock, so a check that has returned visited it.
         let now = Instant::now();
         self.expired_when_ready = self
@@ -314,6 +328,7 @@ impl Drop for DelayedFetch {
             FetchResponse {
                 bytes: self.bytes,
                 expired: self.expired,
+                expired_early: self.expired_early,
                 expired_when_ready: self.expired_when_ready,
             },
         ));
@@ -417,6 +432,8 @@ pub fn run(cfg: &Config) -> Report {
                         log: log.clone(),
                         parts,
                         expired: false,
+                        issued: Instant::now(),
+                        timeout: cfg.produce_timeout,
                         responses: responses.clone(),
                         answered: answered.clone(),
                     };
@@ -477,10 +494,13 @@ pub fn run(cfg: &Config) -> Report {
                         log: log.clone(),
                         parts: mine.iter().copied().zip(offsets.iter().copied()).collect(),
                         min_bytes: cfg.min_bytes,
+                        issued: Instant::now(),
+                        max_wait: cfg.fetch_max_wait,
                         reply: tx.clone(),
                         answered: answered.clone(),
                         bytes: 0,
                         expired: false,
+                        expired_early: false,
                         expired_when_ready: false,
                     };
                     if fetch
@@ -503,6 +523,11 @@ pub fn run(cfg: &Config) -> Report {
                             "fetch {id}: expired although a check had made its bytes available \
                              (a lost wake-up)"
                         ));
+                    }
+                    if resp.expired_early {
+                        outcomes
+                            .2
+                            .push(format!("fetch {id}: expired before its max wait"));
                     }
                     if resp.expired {
                         outcomes.1 += 1;
@@ -632,6 +657,11 @@ pub fn run(cfg: &Config) -> Report {
                 "produce {id}: expired although a check after its HW moves had returned (a \
                  lost wake-up)"
             ));
+        }
+        if r.expired_early {
+            report
+                .problems
+                .push(format!("produce {id}: expired before its timeout"));
         }
         if !all_acked && !r.expired {
             report.problems.push(format!(
