@@ -254,6 +254,9 @@ impl DelayedOperation for DelayedProduce {
 /// One fetch response.
 struct FetchResponse {
     bytes: u64,
+    /// Per partition, the offset the data returned ends at (the HW when the response was
+    /// built): the consumer's next fetch offset. Empty if the fetch never completed.
+    ends: Vec<u64>,
     expired: bool,
     /// Expired before `max_wait` had passed (the timer promises never early).
     expired_early: bool,
@@ -275,6 +278,7 @@ struct DelayedFetch {
     reply: mpsc::Sender<(usize, FetchResponse)>,
     answered: Arc<Vec<AtomicU8>>,
     bytes: u64,
+    ends: Vec<u64>,
     expired: bool,
     expired_early: bool,
     expired_when_ready: bool,
@@ -304,7 +308,18 @@ impl DelayedOperation for DelayedFetch {
         }))
     }
     fn on_complete(&mut self) {
-        self.bytes = self.available();
+        // One read of each HW: the bytes returned and where they end agree.
+        self.ends = self
+            .parts
+            .iter()
+            .map(|&(p, off)| self.log.hw(p).max(off))
+            .collect();
+        self.bytes = self
+            .parts
+            .iter()
+            .zip(&self.ends)
+            .map(|(&(_, off), &end)| end - off)
+            .sum();
         self.answered[self.id].fetch_add(1, SeqCst);
     }
     fn on_expiration(&mut self) {
@@ -327,6 +342,7 @@ impl Drop for DelayedFetch {
             self.id,
             FetchResponse {
                 bytes: self.bytes,
+                ends: std::mem::take(&mut self.ends),
                 expired: self.expired,
                 expired_early: self.expired_early,
                 expired_when_ready: self.expired_when_ready,
@@ -470,6 +486,8 @@ pub fn run(cfg: &Config) -> Report {
                 let mut offsets: Vec<u64> = vec![0; mine.len()];
                 let (tx, rx) = mpsc::channel();
                 let mut outcomes = (0usize, 0usize, Vec::new());
+                // Bytes the responses carried: the consumer read exactly these.
+                let mut delivered = 0u64;
                 loop {
                     let done_producing = producing.load(SeqCst) == 0;
                     let caught_up = mine
@@ -499,6 +517,7 @@ pub fn run(cfg: &Config) -> Report {
                         reply: tx.clone(),
                         answered: answered.clone(),
                         bytes: 0,
+                        ends: Vec::new(),
                         expired: false,
                         expired_early: false,
                         expired_when_ready: false,
@@ -540,10 +559,20 @@ pub fn run(cfg: &Config) -> Report {
                             ));
                         }
                     }
-                    // Read everything below the HW (what the response carried).
-                    for (k, &p) in mine.iter().enumerate() {
-                        offsets[k] = offsets[k].max(log.hw(p));
+                    // Continue where the data the response carried ends (as a Kafka consumer
+                    // does), not at the HW now: that may have moved on since the response was
+                    // built, and the bytes in between were never delivered.
+                    if resp.ends.len() == offsets.len() {
+                        offsets.copy_from_slice(&resp.ends);
                     }
+                    delivered += resp.bytes;
+                }
+                let advanced: u64 = offsets.iter().sum();
+                if delivered != advanced {
+                    outcomes.2.push(format!(
+                        "consumer {c}: its responses carried {delivered} bytes but its offsets \
+                         advanced over {advanced}"
+                    ));
                 }
                 outcomes
             })
