@@ -352,8 +352,20 @@ impl Drop for DelayedFetch {
 }
 
 /// Runs the simulation.
+///
+/// A configuration the simulation cannot run (no partitions, or no followers: the HW would
+/// never move and the consumers would fetch until `max_fetches`) is reported as a problem.
 pub fn run(cfg: &Config) -> Report {
     let t0 = Instant::now();
+    if cfg.partitions == 0 || cfg.followers == 0 {
+        return Report {
+            problems: vec![format!(
+                "cannot simulate {} partitions with {} followers: at least one of each",
+                cfg.partitions, cfg.followers
+            )],
+            ..Report::default()
+        };
+    }
     let log = Arc::new(Log {
         partitions: (0..cfg.partitions)
             .map(|_| Partition {
@@ -580,12 +592,14 @@ pub fn run(cfg: &Config) -> Report {
         .collect();
 
     // Live stats.
+    // Stopped by dropping `stats_stop`: it wakes at once, not at the end of its sleep (a run
+    // with stats every 3 s otherwise ends up to 3 s late, and reports that as its wall time).
+    let (stats_stop, stats_stopped) = mpsc::channel::<()>();
     let stats_thread = cfg.stats_every.map(|every| {
-        let (stop, produce, fetch, issued) = (stop.clone(), produce.clone(), fetch.clone(), fetches_issued.clone());
+        let (produce, fetch, issued) = (produce.clone(), fetch.clone(), fetches_issued.clone());
         let answered = produce_answered.clone();
         std::thread::spawn(move || {
-            while !stop.load(SeqCst) {
-                std::thread::sleep(every);
+            while let Err(mpsc::RecvTimeoutError::Timeout) = stats_stopped.recv_timeout(every) {
                 let acked = answered.iter().filter(|a| a.load(SeqCst) > 0).count();
                 let (ps, fs) = (produce.stats(), fetch.stats());
                 println!(
@@ -620,6 +634,7 @@ pub fn run(cfg: &Config) -> Report {
         std::thread::sleep(Duration::from_millis(5));
     }
     stop.store(true, SeqCst);
+    drop(stats_stop);
     for f in followers {
         f.join().expect("follower panicked");
     }

@@ -2,7 +2,9 @@
 //! delayed fetch is answered exactly once, with a status consistent with the high watermark and
 //! with how it completed; both outcomes (acknowledged and timed out) occur.
 
-use std::time::Duration;
+#![allow(clippy::disallowed_methods)] // wall time and a watchdog thread, as the simulation uses
+
+use std::time::{Duration, Instant};
 
 use kafka_timer::broker::{run, Config};
 
@@ -45,4 +47,57 @@ fn a_full_fetch_log_is_reported_not_passed() {
         "{problems}"
     );
     assert_eq!(r.fetches, 4, "{r:?}");
+}
+
+fn small() -> Config {
+    Config {
+        produces_each: 200,
+        stats_every: None,
+        ..Config::default()
+    }
+}
+
+#[test]
+fn live_stats_do_not_delay_the_end_of_the_run() {
+    let quiet = run(&small());
+    let t = Instant::now();
+    let r = run(&Config {
+        stats_every: Some(Duration::from_secs(3)),
+        ..small()
+    });
+    assert!(r.check().is_ok(), "{r:?}");
+    assert!(
+        t.elapsed() < quiet.elapsed + Duration::from_secs(2),
+        "quiet run {:?}, with stats every 3 s: run() returned after {:?} (report says {:?})",
+        quiet.elapsed,
+        t.elapsed(),
+        r.elapsed
+    );
+}
+
+#[test]
+fn no_partitions_is_a_problem_not_a_panic() {
+    let r = std::panic::catch_unwind(|| {
+        run(&Config {
+            partitions: 0,
+            ..small()
+        })
+    });
+    let r = r.expect("run panicked");
+    assert!(r.check().is_err(), "{r:?}");
+}
+
+#[test]
+fn no_followers_ends() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        tx.send(run(&Config {
+            followers: 0,
+            ..small()
+        }))
+    });
+    let r = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("run with no followers still running after 20 s");
+    assert!(r.check().is_err(), "{r:?}");
 }
