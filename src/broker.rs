@@ -279,6 +279,8 @@ struct DelayedFetch {
     answered: Arc<Vec<AtomicU8>>,
     bytes: u64,
     ends: Vec<u64>,
+    /// Set by `on_complete`: only a completed fetch is answered.
+    completed: bool,
     expired: bool,
     expired_early: bool,
     expired_when_ready: bool,
@@ -308,6 +310,7 @@ impl DelayedOperation for DelayedFetch {
         }))
     }
     fn on_complete(&mut self) {
+        self.completed = true;
         // One read of each HW: the bytes returned and where they end agree.
         self.ends = self
             .parts
@@ -337,7 +340,12 @@ impl DelayedOperation for DelayedFetch {
 impl Drop for DelayedFetch {
     fn drop(&mut self) {
         // The purgatory drops an operation right after on_complete (and on_expiration), so the
-        // response goes out here, once, with the expiry known.
+        // response goes out here, once, with the expiry known. Not for an operation handed
+        // back without completing (shutdown, a refused watch, `take`): it was never answered,
+        // and its owner decides what to tell the client.
+        if !self.completed {
+            return;
+        }
         let _ = self.reply.send((
             self.id,
             FetchResponse {
@@ -530,6 +538,7 @@ pub fn run(cfg: &Config) -> Report {
                         answered: answered.clone(),
                         bytes: 0,
                         ends: Vec::new(),
+                        completed: false,
                         expired: false,
                         expired_early: false,
                         expired_when_ready: false,
@@ -715,4 +724,80 @@ pub fn run(cfg: &Config) -> Report {
     }
     report.elapsed = t0.elapsed();
     report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one_partition() -> Arc<Log> {
+        Arc::new(Log {
+            partitions: vec![Partition {
+                leo: AtomicU64::new(0),
+                hw: AtomicU64::new(0),
+                followers: vec![AtomicU64::new(0)],
+                checked: Mutex::new(Vec::new()),
+            }],
+        })
+    }
+
+    fn fetch(
+        id: usize,
+        log: &Arc<Log>,
+        reply: &mpsc::Sender<(usize, FetchResponse)>,
+    ) -> DelayedFetch {
+        DelayedFetch {
+            id,
+            log: log.clone(),
+            parts: vec![(0, 0)],
+            min_bytes: 10,
+            issued: Instant::now(),
+            max_wait: Duration::from_secs(30),
+            reply: reply.clone(),
+            answered: Arc::new(vec![AtomicU8::new(0), AtomicU8::new(0)]),
+            bytes: 0,
+            ends: Vec::new(),
+            completed: false,
+            expired: false,
+            expired_early: false,
+            expired_when_ready: false,
+        }
+    }
+
+    /// A fetch the purgatory hands back (shutdown, a refused watch) never completed: it must
+    /// send no response (its caller answers it, or the connection closes), least of all one
+    /// that looks like a satisfied fetch.
+    #[test]
+    fn a_fetch_handed_back_sends_no_response() {
+        let log = one_partition();
+        let (tx, rx) = mpsc::channel();
+        let p: Purgatory<u32, DelayedFetch> = Purgatory::builder().reaper(false).build();
+        let w = p.try_complete_else_watch(fetch(0, &log, &tx), Duration::from_secs(30), &[0]);
+        assert!(!w.expect("watched").completed);
+        drop(p.shutdown()); // the pending fetch handed back, then dropped
+        let refused = p.try_complete_else_watch(fetch(1, &log, &tx), Duration::from_secs(30), &[0]);
+        drop(refused.expect_err("shut down")); // refused, then dropped
+        let sent: Vec<_> = rx
+            .try_iter()
+            .map(|(id, r)| (id, r.bytes, r.expired))
+            .collect();
+        assert!(sent.is_empty(), "responses (id, bytes, expired): {sent:?}");
+    }
+
+    #[test]
+    fn a_completed_fetch_answers_once() {
+        let log = one_partition();
+        let (tx, rx) = mpsc::channel();
+        let p: Purgatory<u32, DelayedFetch> = Purgatory::builder().reaper(false).build();
+        let w = p.try_complete_else_watch(fetch(0, &log, &tx), Duration::from_secs(30), &[0]);
+        assert!(!w.expect("watched").completed);
+        log.partitions[0].hw.store(12, SeqCst);
+        assert_eq!(p.check_and_complete(&0), 1);
+        assert!(p.shutdown().is_empty());
+        let sent: Vec<_> = rx
+            .try_iter()
+            .map(|(id, r)| (id, r.bytes, r.ends, r.expired))
+            .collect();
+        assert_eq!(sent, [(0, 12, vec![12], false)]);
+    }
 }
