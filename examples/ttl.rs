@@ -26,11 +26,12 @@ impl Store {
         }
     }
 
-    /// Sets `key` to `value` for `ttl_ms`, replacing (and un-scheduling) any previous TTL.
+    /// Sets `key` to `value` for `ttl_ms`, replacing (and un-scheduling) any previous TTL. A TTL
+    /// past the end of time (a client's `u64::MAX`) saturates to the wheel's "never".
     fn set(&mut self, key: &str, value: &str, ttl_ms: u64) {
         let expiry = self
             .ttls
-            .add(self.now_ms + ttl_ms.max(1), key.to_string())
+            .add(self.now_ms.saturating_add(ttl_ms.max(1)), key.to_string())
             .expect("deadline after now");
         if let Some((_, old)) = self.data.insert(key.into(), (value.into(), expiry)) {
             self.ttls.cancel(old);
