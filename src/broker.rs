@@ -192,6 +192,8 @@ struct DelayedProduce {
     /// Read before the purgatory took it, and its timeout: an expiry must not come earlier.
     issued: Instant,
     timeout: Duration,
+    /// When `on_complete` began (see `on_expiration`).
+    completing_at: Option<Instant>,
     responses: Arc<Vec<Mutex<Option<ProduceResponse>>>>,
     answered: Arc<Vec<AtomicU8>>,
 }
@@ -215,6 +217,7 @@ impl DelayedOperation for DelayedProduce {
         }))
     }
     fn on_complete(&mut self) {
+        self.completing_at = Some(Instant::now());
         // Built from the statuses as they stand: on expiry, unacknowledged partitions keep the
         // preset REQUEST_TIMED_OUT. (Kafka calls onComplete before onExpiration, so `expired`
         // is recorded by on_expiration below.)
@@ -233,10 +236,13 @@ impl DelayedOperation for DelayedProduce {
     }
     fn on_expiration(&mut self) {
         self.expired = true;
-        // Under the operation's lock: a check that visits it now blocks until the expiry is
-        // done, so any check that has already returned visited it before (or it was watched
-        // after the HW move, and its own second try saw the HW).
-        let now = Instant::now();
+        // A check that visits the operation once the expiry has marked it completed (just
+        // before on_complete) returns at once, without the lock: only a check that had
+        // returned before on_complete began must have completed it (or it was watched after the
+        // HW move, and its own second try saw the HW). Not "before now": with an on_complete
+        // that takes time (a response sent), a HW move during it was reported as a lost
+        // wake-up.
+        let now = self.completing_at.expect("on_complete ran first");
         let ready_since = self
             .parts
             .iter()
@@ -275,6 +281,8 @@ struct DelayedFetch {
     /// Read before the purgatory took it, and its `max_wait`: an expiry must not come earlier.
     issued: Instant,
     max_wait: Duration,
+    /// When `on_complete` began (see `DelayedProduce::on_expiration`).
+    completing_at: Option<Instant>,
     reply: mpsc::Sender<(usize, FetchResponse)>,
     answered: Arc<Vec<AtomicU8>>,
     bytes: u64,
@@ -310,6 +318,7 @@ impl DelayedOperation for DelayedFetch {
         }))
     }
     fn on_complete(&mut self) {
+        self.completing_at = Some(Instant::now());
         self.completed = true;
         // One read of each HW: the bytes returned and where they end agree.
         self.ends = self
@@ -328,8 +337,8 @@ impl DelayedOperation for DelayedFetch {
     fn on_expiration(&mut self) {
         self.expired = true;
         self.expired_early = self.issued.elapsed() < self.max_wait;
-        // As for produces: under the operation's lock, so a check that has returned visited it.
-        let now = Instant::now();
+        // As for produces: a check that had returned before on_complete began visited it.
+        let now = self.completing_at.expect("on_complete ran first");
         self.expired_when_ready = self
             .log
             .checked_bytes(&self.parts, self.min_bytes)
@@ -470,6 +479,7 @@ pub fn run(cfg: &Config) -> Report {
                         expired: false,
                         issued: Instant::now(),
                         timeout: cfg.produce_timeout,
+                        completing_at: None,
                         responses: responses.clone(),
                         answered: answered.clone(),
                     };
@@ -534,6 +544,7 @@ pub fn run(cfg: &Config) -> Report {
                         min_bytes: cfg.min_bytes,
                         issued: Instant::now(),
                         max_wait: cfg.fetch_max_wait,
+                        completing_at: None,
                         reply: tx.clone(),
                         answered: answered.clone(),
                         bytes: 0,
@@ -753,6 +764,7 @@ mod tests {
             min_bytes: 10,
             issued: Instant::now(),
             max_wait: Duration::from_secs(30),
+            completing_at: None,
             reply: reply.clone(),
             answered: Arc::new(vec![AtomicU8::new(0), AtomicU8::new(0)]),
             bytes: 0,
