@@ -177,6 +177,8 @@ struct ProduceResponse {
     expired: bool,
     /// Expired before its timeout had passed (the timer promises never early).
     expired_early: bool,
+    /// When on_complete began.
+    completed_at: Instant,
     /// Expired although, for every partition, a check after its HW reached the offset had
     /// already returned: that check must have completed it (a lost wake-up).
     expired_when_ready: bool,
@@ -231,6 +233,7 @@ impl DelayedOperation for DelayedProduce {
             statuses,
             expired: false,
             expired_early: false,
+            completed_at: self.completing_at.unwrap_or_else(Instant::now),
             expired_when_ready: false,
         });
     }
@@ -402,6 +405,9 @@ pub fn run(cfg: &Config) -> Report {
         Arc::new((0..n_produces).map(|_| Mutex::new(None)).collect());
     let produce_answered: Arc<Vec<AtomicU8>> =
         Arc::new((0..n_produces).map(|_| AtomicU8::new(0)).collect());
+    // When each produce's try_complete_else_watch returned (its second try done).
+    let produce_entered: Arc<Vec<Mutex<Option<Instant>>>> =
+        Arc::new((0..n_produces).map(|_| Mutex::new(None)).collect());
     let producing = Arc::new(AtomicUsize::new(cfg.producers));
     let stop = Arc::new(AtomicBool::new(false));
 
@@ -457,6 +463,7 @@ pub fn run(cfg: &Config) -> Report {
                 producing.clone(),
                 cfg.clone(),
             );
+            let entered = produce_entered.clone();
             std::thread::spawn(move || {
                 let mut rng = SplitMix64::new(cfg.seed ^ (0x100 + t as u64));
                 for i in 0..cfg.produces_each {
@@ -486,6 +493,7 @@ pub fn run(cfg: &Config) -> Report {
                     produce
                         .try_complete_else_watch(op, cfg.produce_timeout, &keys)
                         .unwrap_or_else(|e| panic!("produce {id} refused: {e}"));
+                    *entered[id].lock().unwrap() = Some(Instant::now());
                     if i % 4 == 3 {
                         std::thread::sleep(cfg.produce_pace);
                     }
@@ -696,6 +704,28 @@ pub fn run(cfg: &Config) -> Report {
         }
         let guard = responses[id].lock().unwrap();
         let r = guard.as_ref().expect("answered produce has a response");
+        // Once its try_complete_else_watch had returned and, for each partition, a check after
+        // the HW reached the offset had returned, the produce must have completed: a check
+        // that visited it ready completed it, and one that missed it ran before it was watched,
+        // so its second try saw the HW. Completing later (by a later check, which heals most
+        // lost wake-ups here as the HW keeps moving, or by expiry) is a lost wake-up.
+        let ready_since = r
+            .statuses
+            .iter()
+            .map(|&(p, required, _, _)| log.checked_past(p, required))
+            .collect::<Option<Vec<_>>>()
+            .and_then(|at| at.into_iter().max());
+        let entered_at = *produce_entered[id].lock().unwrap();
+        if let (Some(ready), Some(entered)) = (ready_since, entered_at) {
+            let due = ready.max(entered);
+            if r.completed_at > due && !r.expired {
+                report.problems.push(format!(
+                    "produce {id}: completed {:?} after a check following its HW moves had \
+                     returned (a lost wake-up, healed by a later check)",
+                    r.completed_at - due
+                ));
+            }
+        }
         let all_acked = r.statuses.iter().all(|s| s.2 == Status::None);
         if all_acked {
             report.produces_acked += 1;
