@@ -1,7 +1,10 @@
 //! A broker-like simulation: partitions with a leader log and a high watermark, followers
 //! fetching, producers with acks=all (delayed produce), consumers with min bytes (delayed fetch),
 //! all through two purgatories. Prints live stats, then checks every request was answered
-//! exactly once with the right status.
+//! exactly once with the right status, none expired before its timeout, none found ready later
+//! than the check that made it ready (a lost wake-up, even one a later check healed), and every
+//! consumer read exactly the bytes its responses carried. Exits non-zero on any problem. Takes no
+//! arguments (the configuration is `kafka_timer::broker::Config::default()`).
 //!
 //! ```sh
 //! cargo run --release --example broker
@@ -12,6 +15,10 @@ use std::process::ExitCode;
 use kafka_timer::broker::{run, Config};
 
 fn main() -> ExitCode {
+    if std::env::args().len() > 1 {
+        eprintln!("usage: broker (no arguments; the configuration is Config::default())");
+        return ExitCode::from(2);
+    }
     let cfg = Config::default();
     println!("{cfg:?}");
     let r = run(&cfg);

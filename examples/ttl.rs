@@ -1,6 +1,7 @@
 //! A storage engine's TTLs on the single-threaded `TimingWheel`, driven by the engine's own loop
 //! (no timer thread): each key has at most one pending expiry; overwriting a key cancels its old
-//! TTL in O(1); the loop asks the wheel when it next has work.
+//! TTL in O(1); the loop asks the wheel when it next has work. Takes no arguments; panics if
+//! an expiry comes out of order or at the wrong time.
 //!
 //! ```sh
 //! cargo run --release --example ttl
@@ -55,6 +56,10 @@ impl Store {
 }
 
 fn main() {
+    if std::env::args().len() > 1 {
+        eprintln!("usage: ttl (no arguments)");
+        std::process::exit(2);
+    }
     let mut store = Store::new();
     store.set("session:alice", "token-a", 30_000);
     store.set("session:bob", "token-b", 5_000);

@@ -177,8 +177,9 @@ struct ProduceResponse {
     expired: bool,
     /// Expired before its timeout had passed (the timer promises never early).
     expired_early: bool,
-    /// When on_complete began.
-    completed_at: Instant,
+    /// When `try_complete` found it ready (`None`: completed by expiry). Before the purgatory
+    /// marks it completed, so before any check that sees it completed returns.
+    ready_at: Option<Instant>,
     /// Expired although, for every partition, a check after its HW reached the offset had
     /// already returned: that check must have completed it (a lost wake-up).
     expired_when_ready: bool,
@@ -196,6 +197,8 @@ struct DelayedProduce {
     timeout: Duration,
     /// When `on_complete` began (see `on_expiration`).
     completing_at: Option<Instant>,
+    /// When `try_complete` found it ready.
+    ready_at: Option<Instant>,
     responses: Arc<Vec<Mutex<Option<ProduceResponse>>>>,
     answered: Arc<Vec<AtomicU8>>,
 }
@@ -207,7 +210,11 @@ impl DelayedOperation for DelayedProduce {
                 *status = Status::None;
             }
         }
-        self.parts.iter().all(|(_, _, s)| *s == Status::None)
+        let ready = self.parts.iter().all(|(_, _, s)| *s == Status::None);
+        if ready {
+            self.ready_at = Some(Instant::now());
+        }
+        ready
     }
     fn ready_hint(&self) -> Option<ReadyHint> {
         // High watermarks only grow, so "every partition's HW has reached its offset" is what
@@ -233,7 +240,7 @@ impl DelayedOperation for DelayedProduce {
             statuses,
             expired: false,
             expired_early: false,
-            completed_at: self.completing_at.unwrap_or_else(Instant::now),
+            ready_at: self.ready_at,
             expired_when_ready: false,
         });
     }
@@ -487,6 +494,7 @@ pub fn run(cfg: &Config) -> Report {
                         issued: Instant::now(),
                         timeout: cfg.produce_timeout,
                         completing_at: None,
+                        ready_at: None,
                         responses: responses.clone(),
                         answered: answered.clone(),
                     };
@@ -705,10 +713,13 @@ pub fn run(cfg: &Config) -> Report {
         let guard = responses[id].lock().unwrap();
         let r = guard.as_ref().expect("answered produce has a response");
         // Once its try_complete_else_watch had returned and, for each partition, a check after
-        // the HW reached the offset had returned, the produce must have completed: a check
-        // that visited it ready completed it, and one that missed it ran before it was watched,
-        // so its second try saw the HW. Completing later (by a later check, which heals most
-        // lost wake-ups here as the HW keeps moving, or by expiry) is a lost wake-up.
+        // the HW reached the offset had returned, the produce must have been found ready: a
+        // check that visited it either found it ready or found it completed (found ready
+        // earlier), and one that missed it ran before it was watched, so its second try saw
+        // the HW. Found ready later (by a later check, which heals most lost wake-ups here as
+        // the HW keeps moving) is a lost wake-up; an expiry is judged in `on_expiration`.
+        // `ready_at` is taken in `try_complete`, before the purgatory marks the produce
+        // completed, so a check that returns at once on seeing it completed returns after it.
         let ready_since = r
             .statuses
             .iter()
@@ -716,13 +727,13 @@ pub fn run(cfg: &Config) -> Report {
             .collect::<Option<Vec<_>>>()
             .and_then(|at| at.into_iter().max());
         let entered_at = *produce_entered[id].lock().unwrap();
-        if let (Some(ready), Some(entered)) = (ready_since, entered_at) {
+        if let (Some(ready), Some(entered), Some(found)) = (ready_since, entered_at, r.ready_at) {
             let due = ready.max(entered);
-            if r.completed_at > due && !r.expired {
+            if found > due && !r.expired {
                 report.problems.push(format!(
-                    "produce {id}: completed {:?} after a check following its HW moves had \
+                    "produce {id}: found ready {:?} after a check following its HW moves had \
                      returned (a lost wake-up, healed by a later check)",
-                    r.completed_at - due
+                    found - due
                 ));
             }
         }
