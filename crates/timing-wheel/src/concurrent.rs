@@ -157,7 +157,9 @@ impl WheelKey {
 }
 
 /// Exclusive access to a [`ConcurrentWheel`] (all shard locks and the queue lock), from
-/// [`ConcurrentWheel::lock`]. Adds and cancels on other threads wait until it is dropped.
+/// [`ConcurrentWheel::lock`]. Adds and cancels on other threads wait until it is dropped; on
+/// the thread holding it they deadlock, as do the wheel's locking queries (see
+/// [`ConcurrentWheel::lock`]).
 #[must_use = "the wheel is unlocked as soon as the guard is dropped"]
 pub struct WheelGuard<'a, T> {
     wheel: &'a ConcurrentWheel<T>,
@@ -169,7 +171,8 @@ pub struct WheelGuard<'a, T> {
 
 impl<T> ConcurrentWheel<T> {
     /// A wheel like [`TimingWheel::new`](crate::TimingWheel::new) with the default number of
-    /// shards: twice the machine's parallelism, rounded up to a power of two.
+    /// shards: twice the machine's parallelism, rounded up to a power of two, and kept between 2
+    /// and [`MAX_SHARDS`].
     ///
     /// # Errors
     ///
@@ -374,9 +377,18 @@ impl<T> ConcurrentWheel<T> {
     }
 
     /// Takes every shard lock (in index order) and the queue lock: exclusive access to advance
-    /// the clock, flush due buckets, or close the wheel. Do not call this while holding a
-    /// [`WheelGuard`] of the same wheel, and do not add or cancel on this wheel from inside the
-    /// guard's callbacks: both deadlock.
+    /// the clock, flush due buckets, or close the wheel.
+    ///
+    /// The locks are not reentrant. While a [`WheelGuard`] of this wheel is alive, the thread
+    /// holding it (in the guard's callbacks or not) must not call this again, nor any method
+    /// of the wheel or of its [`EntryHandle`]s that takes a lock: adds, cancels, and the
+    /// queries [`next_expiration`](Self::next_expiration), [`counts`](Self::counts),
+    /// [`queued_buckets`](Self::queued_buckets), [`is_pending`](Self::is_pending),
+    /// [`is_handed_back`](Self::is_handed_back), [`deadline`](Self::deadline) and the
+    /// handles' `is_*` and `deadline`. Each deadlocks; ask the guard instead
+    /// ([`WheelGuard::next_expiration`], [`WheelGuard::counts`], ...). Only
+    /// [`len`](Self::len), [`is_empty`](Self::is_empty), [`shards`](Self::shards),
+    /// [`tick`](Self::tick) and [`wheel_size`](Self::wheel_size) take no lock.
     pub fn lock(&self) -> WheelGuard<'_, T> {
         let shards = self.shards.iter().map(|c| c.shard.lock()).collect();
         let queue = self.queue.lock();
