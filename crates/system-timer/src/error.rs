@@ -90,7 +90,8 @@ impl<T> std::error::Error for ScheduleError<T> {}
 pub enum BuildError {
     /// The tick is zero, or below one nanosecond.
     ZeroTick,
-    /// The wheel was rejected (wheel size out of range, or span overflow).
+    /// The wheel was rejected (wheel size out of range, span overflow, or a
+    /// [`shards`](crate::Builder::shards) count out of range).
     Wheel(timing_wheel::ConfigError),
     /// Executor mode with zero threads (use [`Builder::inline`](crate::Builder::inline) to run
     /// tasks on the advancing thread instead).

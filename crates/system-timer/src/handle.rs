@@ -102,7 +102,8 @@ impl<T> TimerHandle<T> {
     }
 
     /// True once the timer took the task out to run (it has run, is running, or is queued for an
-    /// executor; a shutdown may still hand back a queued one).
+    /// executor or, in inline mode, for the next advance; a shutdown may still hand back a
+    /// queued one).
     pub fn is_fired(&self) -> bool {
         self.entry.as_ref().is_none_or(EntryHandle::is_fired)
     }

@@ -116,8 +116,10 @@ impl fmt::Debug for Histogram {
 }
 
 /// How late tasks started, measured from their exact deadline to the moment a runner picked
-/// them up (on the timer's clock). Percentiles are upper bounds of log-linear buckets (within
-/// 12.5 %), never above the true maximum.
+/// them up, read with the timer's clock's [`deadline_base_ns`](crate::Clock::deadline_base_ns)
+/// (on the [`SystemClock`](crate::SystemClock), an upper bound up to about 13 µs above the true
+/// time, so a small lateness may be overstated by that much). Percentiles are upper bounds of
+/// log-linear buckets (within 12.5 %), never above the largest value recorded.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Lateness {
     /// Tasks measured.

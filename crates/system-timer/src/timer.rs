@@ -256,7 +256,8 @@ impl<T: TimerTask> Builder<T> {
         self
     }
 
-    /// Buckets per level (default 20; at least 2).
+    /// Buckets per level (default 20; at least 2, at most
+    /// [`timing_wheel::MAX_WHEEL_SIZE`]).
     pub fn wheel_size(mut self, n: usize) -> Self {
         self.wheel_size = n;
         self
@@ -342,7 +343,10 @@ impl<T: TimerTask> Builder<T> {
         self
     }
 
-    /// Wheel shards (default: twice the machine's parallelism, a power of two).
+    /// Wheel shards (default: twice the machine's parallelism, a power of two, at least 2).
+    /// `n` is rounded up to a power of two; it must be between 1 and
+    /// [`timing_wheel::MAX_SHARDS`] (256), or [`try_build`](Self::try_build) refuses it with
+    /// [`BuildError::Wheel`]`(`[`ConfigError::BadShardCount`](timing_wheel::ConfigError::BadShardCount)`)`.
     pub fn shards(mut self, n: usize) -> Self {
         self.shards = Some(n);
         self
@@ -364,7 +368,10 @@ impl<T: TimerTask> Builder<T> {
     ///
     /// # Errors
     ///
-    /// [`BuildError`] for a zero tick, a bad wheel size, zero executor threads or more than
+    /// [`BuildError`] for a zero tick, a bad wheel size (below 2 or above
+    /// [`MAX_WHEEL_SIZE`](timing_wheel::MAX_WHEEL_SIZE)), a tick × wheel size that overflows a
+    /// `u64` of nanoseconds, a [`shards`](Self::shards) count outside `1..=256` (those three as
+    /// [`BuildError::Wheel`]), zero executor threads or more than
     /// [`MAX_EXECUTOR_THREADS`](crate::MAX_EXECUTOR_THREADS), a failed thread
     /// spawn (or a [`name`](Self::name) with a NUL byte, which no thread can have), or (under
     /// `--cfg loom`) a reaper. (Under loom, executors are not an error: the timer runs its tasks
@@ -525,7 +532,11 @@ impl<T: TimerTask> SystemTimer<T> {
     /// Schedules `task` to run `delay` from now (on the timer's clock). O(1), from any thread.
     /// Like every deadline, a zero delay's is rounded up to the tick: the task runs at the next
     /// tick, or is dispatched at once from this thread if the timer's last advance already
-    /// reached its deadline. `Duration::MAX` never fires.
+    /// reached its deadline. Dispatched means sent to the executors; in
+    /// [`inline`](Builder::inline) mode the task does not run on this thread but waits for the
+    /// next advance (the reaper is woken for it; without a reaper, the caller's next
+    /// `advance*`), and its handle already reports [`is_fired`](TimerHandle::is_fired).
+    /// `Duration::MAX` never fires.
     ///
     /// # Errors
     ///
