@@ -99,7 +99,9 @@ struct Inner<K, Op> {
 ///
 /// # Invariants
 ///
-/// * `on_complete` runs exactly once per accepted operation that is not handed back;
+/// * `on_complete` runs exactly once per accepted operation that is not handed back, except
+///   one whose handles from [`cancel_for_key`](Self::cancel_for_key) are all dropped while no
+///   other key watches it: it is then dropped without completing, and counted in no statistic;
 ///   `on_expiration` only when expiry won, right after `on_complete`.
 /// * `try_complete`, `on_complete` and `on_expiration` of one operation never overlap (all run
 ///   under its lock), and `try_complete` is never called after completion.
@@ -212,7 +214,9 @@ where
     /// (another purgatory's own timer, taken from [`Purgatory::timer`], is shut down with that
     /// purgatory), this purgatory's armed operations never expire; they stay in
     /// [`delayed`](Purgatory::delayed) until completed, or until its own shutdown hands them back.
-    /// New operations are then refused ([`WatchError::Shutdown`]); the empty cells they leave in
+    /// New operations that must wait are then refused ([`WatchError::Shutdown`]); one ready at
+    /// its first or second try is still accepted and completed, as it needs no timer
+    /// ([`Purgatory::is_shutdown`] stays false). The empty cells refused operations leave in
     /// their keys' lists are purged on the calling threads, as the timer can no longer run a
     /// purge.
     pub fn timer(mut self, timer: Arc<SystemTimer>) -> Self {
@@ -262,7 +266,9 @@ where
     /// threads of their own (Kafka's purgatory timer uses one executor thread) so that they
     /// cannot delay later expiries. At most
     /// [`MAX_EXECUTOR_THREADS`](system_timer::MAX_EXECUTOR_THREADS), or
-    /// [`try_build`](Self::try_build) refuses it.
+    /// [`try_build`](Self::try_build) refuses it. Ignored (never refused) where the own timer
+    /// does not use them: without a [`reaper`](Self::reaper) (expiries then run on the thread
+    /// that advances), or with a shared [`timer`](Self::timer).
     pub fn expiry_threads(mut self, n: usize) -> Self {
         self.expiry_threads = n;
         self
@@ -662,6 +668,8 @@ where
     /// Returns one handle to each of those operations. One watched on no other key is then
     /// reachable only through its handle, and a shutdown no longer sees it: complete it by force,
     /// or take it back with [`OperationHandle::take`] (Kafka returns the operations themselves).
+    /// Dropping the last handle to such an operation drops it without `on_complete` and without
+    /// counting it anywhere in [`stats`](Self::stats) (neither completed nor handed back).
     #[doc(alias = "cancelForKey")]
     #[must_use = "an operation watched on no other key is reachable only through its handle: \
                   complete it by force or take it back"]
