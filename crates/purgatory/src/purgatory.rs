@@ -281,8 +281,11 @@ where
     /// entry removed however many operations wait (Kafka walks them all every interval), and
     /// holds the empty cells awaiting it to `max(n, delayed operations)`: each cell's operation
     /// was dropped at completion (everything it owned is freed), the cell keeps its own
-    /// allocation, `size_of::<Op>()` plus at most 80 bytes (and its
-    /// [`ReadyHint`](crate::ReadyHint)'s closure, if it has one), until swept. Checks walk the
+    /// allocation, `size_of::<Op>()` plus about 80 to 90 bytes for an operation aligned to at
+    /// most 8 bytes (88 for one the size of a `u64`; more for an over-aligned one), and its
+    /// [`ReadyHint`](crate::ReadyHint)'s closure, if it has one, until swept. The completions
+    /// are counted per thread and added up in batches, so up to half an interval more cells
+    /// may wait before the purge is scheduled. Checks walk the
     /// empty cells of their key too, so while keys are checked the interval alone decides, as in
     /// Kafka.
     pub fn purge_interval(mut self, n: usize) -> Self {
