@@ -570,7 +570,8 @@ impl<T: TimerTask> SystemTimer<T> {
     /// Schedules `task` at an absolute deadline: `deadline` after the clock's epoch (compare
     /// [`now`](Self::now)). Like every deadline it is rounded up to the tick, a past one
     /// included: dispatched at once from this thread if the timer's last advance already
-    /// reached it, else run by the first advance that reaches its tick (the next advance once
+    /// reached it (in inline mode: queued for the next advance, see [`add`](Self::add)), else
+    /// run by the first advance that reaches its tick (the next advance once
     /// the clock has passed that tick; a deadline earlier in the clock's current tick waits for
     /// the next tick, as a zero delay does; the reaper is woken for it). A deadline past the
     /// clock's range (`Duration::MAX`) never fires; nor does one past the wheel's last tick
