@@ -975,11 +975,35 @@ mod tests {
     }
 
     /// What an empty cell costs until it is swept (the purge interval's documentation quotes
-    /// it): the cell and its `Arc` header, beyond the operation's own size (a hint's closure,
-    /// when there is one, is a separate allocation).
+    /// it: about 80 to 90 bytes beyond the operation for one aligned to at most 8 bytes): the
+    /// cell and its `Arc` header, beyond the operation's own size (a hint's closure, when there
+    /// is one, is a separate allocation).
     #[test]
-    fn a_cell_costs_at_most_80_bytes_beyond_its_operation() {
-        let overhead = std::mem::size_of::<OpCell<Nothing>>() + 2 * std::mem::size_of::<usize>();
-        assert!(overhead <= 80, "{overhead} bytes");
+    fn a_cell_costs_at_most_90_bytes_beyond_an_operation_aligned_to_8() {
+        fn overhead<Op: DelayedOperation>() -> usize {
+            std::mem::size_of::<OpCell<Op>>() + 2 * std::mem::size_of::<usize>()
+                - std::mem::size_of::<Op>()
+        }
+        macro_rules! op {
+            ($name:ident, $ty:ty) => {
+                struct $name(#[allow(dead_code)] $ty);
+                impl DelayedOperation for $name {
+                    fn try_complete(&mut self) -> bool {
+                        false
+                    }
+                    fn on_complete(&mut self) {}
+                }
+            };
+        }
+        op!(Bytes3, [u8; 3]);
+        op!(Word, u64);
+        op!(Words8, [u64; 8]);
+        let got = [
+            ("nothing", overhead::<Nothing>()),
+            ("[u8; 3]", overhead::<Bytes3>()),
+            ("u64", overhead::<Word>()),
+            ("[u64; 8]", overhead::<Words8>()),
+        ];
+        assert!(got.iter().all(|&(_, n)| n <= 90), "{got:?}");
     }
 }
