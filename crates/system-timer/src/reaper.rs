@@ -300,7 +300,7 @@ pub(crate) fn shutdown_elsewhere<T: TimerTask>(inner: Arc<Inner<T>>, threads: Th
     let theirs = Arc::clone(&slot);
     let finish = move || {
         if let Some((inner, threads)) = theirs.lock().take() {
-            drop(inner.finish_shutdown(threads));
+            crate::timer::drop_each(inner.finish_shutdown(threads));
         }
     };
     let spawned = if spawn_refused_by_test() {
@@ -319,7 +319,7 @@ pub(crate) fn shutdown_elsewhere<T: TimerTask>(inner: Arc<Inner<T>>, threads: Th
             drop(threads);
             // Its threads stop on their own (detached): nothing more this shutdown can wait for.
             inner.finished.set();
-            drop(dropped);
+            crate::timer::drop_each(dropped);
         }
     }
 }

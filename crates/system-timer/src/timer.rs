@@ -882,15 +882,20 @@ impl<T: TimerTask> SystemTimer<T> {
 
     /// Stops the timer promptly: wakes and joins the reaper and executors, and returns every task
     /// that neither ran nor was cancelled (pending in the wheel, or dispatched but not yet
-    /// started). Later `add`s fail with [`ScheduleError::Shutdown`], and handles' `cancel`
-    /// returns false. Idempotent: a second call returns nothing. Dropping the timer calls it.
+    /// started). Later `add`s fail with [`ScheduleError::Shutdown`] (from the moment the
+    /// shutdown starts: an add racing it may still be accepted, and is then handed back), and
+    /// handles' `cancel` returns false. Idempotent: a second call returns nothing. Dropping the
+    /// timer calls it and drops those tasks one by one: a panic in one's `Drop` is caught (the
+    /// panic hook reports it) and the others are still dropped.
     ///
     /// Called from inside one of the timer's tasks (or by the drop of a last reference a task
     /// held), whether the task runs on the reaper, an executor, or inline in a caller's
     /// `advance*`, it cannot wait for the task it runs in nor join its own thread:
     /// it then returns at once, with nothing, and a short-lived thread (`<name>-shutdown`)
     /// finishes the shutdown once that task has returned, dropping the tasks it would have
-    /// returned. Call it from elsewhere to get them back.
+    /// returned (one by one, as the drop of the timer does). Call it from elsewhere to get them
+    /// back. Until that thread has closed the wheel, a `cancel` or `take` of a pending task may
+    /// still win (the task is then the caller's); later `add`s fail at once.
     ///
     /// A call while another shutdown is under way (from another thread, or finishing in the
     /// background) returns nothing once that one has finished: the threads joined, no task of
@@ -905,7 +910,9 @@ impl<T: TimerTask> SystemTimer<T> {
     /// thread: stops the timer (later `add`s fail with [`ScheduleError::Shutdown`]) and returns
     /// at once, without waiting for the reaper, the executors or a task in flight; a
     /// short-lived thread (`<name>-shutdown`) finishes the shutdown (joins the threads once
-    /// their tasks have returned) and drops the tasks `shutdown` would have returned. For a
+    /// their tasks have returned) and drops the tasks `shutdown` would have returned (one by
+    /// one: a panic in a task's `Drop` is caught there, reported by the panic hook). Until it
+    /// has closed the wheel, a `cancel` or `take` of a pending task may still win. For a
     /// caller that holds something a running task may be waiting for (a purgatory's operation
     /// lock, say), which a joining shutdown would deadlock with. Idempotent, and a no-op after
     /// `shutdown`.
@@ -975,7 +982,7 @@ impl<T: TimerTask> SystemTimer<T> {
 
 impl<T: TimerTask> Drop for SystemTimer<T> {
     fn drop(&mut self) {
-        drop(self.shutdown());
+        drop_each(self.shutdown());
     }
 }
 
@@ -1003,6 +1010,25 @@ fn split<J>(mut jobs: Vec<J>, parts: usize) -> Vec<Vec<J>> {
     out.push(jobs);
     out.reverse();
     out
+}
+
+/// Drops a caught panic's payload; one whose own drop panics too is leaked instead.
+fn drop_payload(payload: Box<dyn std::any::Any + Send>) {
+    if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+        std::mem::forget(again);
+    }
+}
+
+/// Drops tasks that nobody can be handed (a background shutdown's, or a dropped timer's), one
+/// at a time: a panic in one task's drop is caught (the panic hook has reported it), so the
+/// others are still dropped, and a second one cannot abort the process, as it would while the
+/// first unwound through the vector's drop.
+pub(crate) fn drop_each<T>(tasks: Vec<T>) {
+    for task in tasks {
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(task))) {
+            drop_payload(payload);
+        }
+    }
 }
 
 // ===== impl Inner =====
@@ -1049,6 +1075,16 @@ impl<T: TimerTask> Inner<T> {
         task: T,
         add: impl FnOnce(&ConcurrentWheel<T>, u64, T) -> Result<Added<H>, AddError<T>>,
     ) -> Result<Option<H>, ScheduleError<T>> {
+        // Refused once a shutdown has started, not only once it has closed the wheel: a
+        // background shutdown (`shutdown_in_background`, or one from inside a task) closes it
+        // on its own thread after joining the reaper, and a task accepted in between was
+        // dropped there, although the call that promised to refuse it had returned. An add
+        // racing the shutdown's first step may still be accepted: it is then handed back (or
+        // dropped by a background shutdown), as documented. One load of a flag that is written
+        // once.
+        if self.stopping.load(Ordering::Acquire) {
+            return Err(ScheduleError::Shutdown(task));
+        }
         let deadline_ns = deadline.unwrap_or(u64::MAX);
         if deadline_ns > u64::MAX - self.tick_ns {
             // Past the wheel's last tick: "never" to the wheel. Unless the clock has reached it
@@ -1350,10 +1386,8 @@ impl<T: TimerTask> Inner<T> {
             // The payload's own drop may panic too (`panic_any` of a value whose `Drop`
             // panics): that must not escape either, or it would unwind through the advance
             // (leaving `running` raised, so shutdown would wait for ever) and lose the rest of
-            // the batch. A second-level payload is leaked rather than dropped.
-            if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
-                std::mem::forget(again);
-            }
+            // the batch.
+            drop_payload(payload);
         }
     }
 

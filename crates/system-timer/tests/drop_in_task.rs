@@ -9,33 +9,11 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+mod common;
+use common::wait_for_threads_to_end;
 use system_timer::{ManualClock, SystemTimer};
-
-/// Names of this process's live threads (Linux: /proc/self/task/*/comm).
-fn thread_names() -> Vec<String> {
-    std::fs::read_dir("/proc/self/task")
-        .map(|dir| {
-            dir.filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-                .map(|n| n.trim().to_string())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Waits (generously, only to catch a hang) until no thread's name starts with `prefix`.
-fn wait_for_threads_to_end(prefix: &str) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while thread_names().iter().any(|n| n.starts_with(prefix)) {
-        assert!(
-            Instant::now() < deadline,
-            "threads of {prefix} still alive: {:?}",
-            thread_names()
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
 
 #[test]
 fn dropping_the_last_reference_inside_a_task_neither_panics_nor_leaks_a_thread() {
