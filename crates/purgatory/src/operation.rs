@@ -53,11 +53,14 @@ use crate::sync::{thread_hint, Arc, InCallbacks, Mutex, MutexGuard};
 /// purgatory (new operations, checks, `cancel_for_key`, `shutdown`, dropping it) and any handle,
 /// their own included (it answers "completed": `force_complete` false, `take` and `with` `None`).
 /// `try_complete` runs while the operation is pending and its lock is held by the caller: it
-/// must not call anything that may take that lock, or it deadlocks: the operation's own handle,
-/// `check_and_complete` or `cancel_for_key` on a key the operation watches, `shutdown`, or
-/// anything that may advance the purgatory's timer (`Purgatory::advance`, or
-/// `try_complete_else_watch` on a purgatory with a reaper grace) once the operation's own
-/// timeout may be due (its expiry takes the lock).
+/// should only read state and decide, and must not call into the purgatory or any operation's
+/// handle. Its own lock deadlocks this thread (its own handle, a check or `cancel_for_key` of a
+/// key it watches, `shutdown`, anything that may advance the timer, whose expiry takes the
+/// lock); another operation's lock can deadlock two threads (a `check_and_complete` of a key it
+/// does not watch waits for the locks of that key's operations, whose own `try_complete` may be
+/// waiting for this one: AB-BA), and completing another operation from here runs its
+/// `on_complete`, which may call back into this one. Likewise through another purgatory whose
+/// operations may wait for this one's. Act on the outcome in `on_complete` instead.
 ///
 /// # Answering a timeout
 ///
