@@ -288,19 +288,29 @@ impl Threads {
 /// A shutdown called on one of the timer's own threads (from a task: an explicit call, or the
 /// drop of the timer's last reference, which a task may hold, e.g. through a purgatory's
 /// operation whose expiry was in flight). That thread can neither join itself nor wait for the
-/// task it is running, so a short-lived thread (`<name>-shutdown`) finishes the shutdown once
-/// the task returns, and drops the tasks it would have returned. If that thread cannot be
-/// spawned, this thread closes the wheel and the dispatch itself (so later adds fail with
-/// `Shutdown` rather than wait in a timer nobody advances) and drops the pending and ready
-/// tasks here, after releasing every lock; the timer's threads are left to stop on their own
-/// (the reaper sees `stopping`, the executors a closed channel), detached.
+/// task it is running, so this thread closes the wheel (later adds fail with `Shutdown`) and a
+/// short-lived thread (`<name>-shutdown`) finishes the shutdown once the task returns, and
+/// drops the tasks it would have returned. (`shutdown_in_background` does the same from any
+/// thread.) If that thread cannot be spawned, this thread also closes the dispatch and drops
+/// the pending and ready tasks here, after releasing every lock; the timer's threads are left
+/// to stop on their own (the reaper sees `stopping`, the executors a closed channel),
+/// detached.
 pub(crate) fn shutdown_elsewhere<T: TimerTask>(inner: Arc<Inner<T>>, threads: Threads) {
+    // The wheel is closed here, before the caller returns, as a joining shutdown closes it
+    // before it returns: later adds fail, and cancels and takes find nothing. (Left to the
+    // thread below, it closed only after joining the reaper, and an add accepted meanwhile was
+    // dropped there.) Safe on any thread: no task runs under the wheel lock, and its order
+    // after an operation's lock is the arming's. The tasks it held are dropped by the thread
+    // below, not here: this caller may hold what their drops need.
+    let mut closed = Vec::new();
+    inner.close_wheel(&mut closed);
     let name = format!("{}-shutdown", inner.name);
-    let slot = Arc::new(Mutex::new(Some((inner, threads))));
+    let slot = Arc::new(Mutex::new(Some((inner, threads, closed))));
     let theirs = Arc::clone(&slot);
     let finish = move || {
-        if let Some((inner, threads)) = theirs.lock().take() {
-            crate::timer::drop_each(inner.finish_shutdown(threads));
+        if let Some((inner, threads, mut closed)) = theirs.lock().take() {
+            closed.append(&mut inner.finish_shutdown(threads));
+            crate::timer::drop_each(closed);
         }
     };
     let spawned = if spawn_refused_by_test() {
@@ -310,10 +320,8 @@ pub(crate) fn shutdown_elsewhere<T: TimerTask>(inner: Arc<Inner<T>>, threads: Th
     };
     if spawned.is_err() {
         let taken = slot.lock().take();
-        if let Some((inner, threads)) = taken {
+        if let Some((inner, threads, mut dropped)) = taken {
             inner.parker.unpark();
-            let mut dropped = Vec::new();
-            inner.close_wheel(&mut dropped);
             inner.close_dispatch(&mut dropped);
             inner.idle_executors.release(threads.executors.len());
             drop(threads);

@@ -882,9 +882,9 @@ impl<T: TimerTask> SystemTimer<T> {
 
     /// Stops the timer promptly: wakes and joins the reaper and executors, and returns every task
     /// that neither ran nor was cancelled (pending in the wheel, or dispatched but not yet
-    /// started). Later `add`s fail with [`ScheduleError::Shutdown`] (from the moment the
-    /// shutdown starts: an add racing it may still be accepted, and is then handed back), and
-    /// handles' `cancel` returns false. Idempotent: a second call returns nothing. Dropping the
+    /// started). Later `add`s fail with [`ScheduleError::Shutdown`] (an add racing the
+    /// shutdown may still be accepted, and is then handed back), and handles' `cancel` returns
+    /// false. Idempotent: a second call returns nothing. Dropping the
     /// timer calls it and drops those tasks one by one: a panic in one's `Drop` is caught (the
     /// panic hook reports it) and the others are still dropped.
     ///
@@ -894,8 +894,8 @@ impl<T: TimerTask> SystemTimer<T> {
     /// it then returns at once, with nothing, and a short-lived thread (`<name>-shutdown`)
     /// finishes the shutdown once that task has returned, dropping the tasks it would have
     /// returned (one by one, as the drop of the timer does). Call it from elsewhere to get them
-    /// back. Until that thread has closed the wheel, a `cancel` or `take` of a pending task may
-    /// still win (the task is then the caller's); later `add`s fail at once.
+    /// back. The wheel is closed before the call returns, as by a joining shutdown: later
+    /// `add`s fail, and `cancel` and `take` find nothing.
     ///
     /// A call while another shutdown is under way (from another thread, or finishing in the
     /// background) returns nothing once that one has finished: the threads joined, no task of
@@ -911,8 +911,9 @@ impl<T: TimerTask> SystemTimer<T> {
     /// at once, without waiting for the reaper, the executors or a task in flight; a
     /// short-lived thread (`<name>-shutdown`) finishes the shutdown (joins the threads once
     /// their tasks have returned) and drops the tasks `shutdown` would have returned (one by
-    /// one: a panic in a task's `Drop` is caught there, reported by the panic hook). Until it
-    /// has closed the wheel, a `cancel` or `take` of a pending task may still win. For a
+    /// one: a panic in a task's `Drop` is caught there, reported by the panic hook). The wheel
+    /// is closed before it returns: later `add`s fail, and `cancel` and `take` find nothing.
+    /// For a
     /// caller that holds something a running task may be waiting for (a purgatory's operation
     /// lock, say), which a joining shutdown would deadlock with. Idempotent, and a no-op after
     /// `shutdown`.
@@ -1075,16 +1076,6 @@ impl<T: TimerTask> Inner<T> {
         task: T,
         add: impl FnOnce(&ConcurrentWheel<T>, u64, T) -> Result<Added<H>, AddError<T>>,
     ) -> Result<Option<H>, ScheduleError<T>> {
-        // Refused once a shutdown has started, not only once it has closed the wheel: a
-        // background shutdown (`shutdown_in_background`, or one from inside a task) closes it
-        // on its own thread after joining the reaper, and a task accepted in between was
-        // dropped there, although the call that promised to refuse it had returned. An add
-        // racing the shutdown's first step may still be accepted: it is then handed back (or
-        // dropped by a background shutdown), as documented. One load of a flag that is written
-        // once.
-        if self.stopping.load(Ordering::Acquire) {
-            return Err(ScheduleError::Shutdown(task));
-        }
         let deadline_ns = deadline.unwrap_or(u64::MAX);
         if deadline_ns > u64::MAX - self.tick_ns {
             // Past the wheel's last tick: "never" to the wheel. Unless the clock has reached it

@@ -580,11 +580,12 @@ fn a_manual_clock_to_the_end_of_its_range_with_odd_ticks() {
 
 /// `shutdown_in_background` "stops the timer (later `add`s fail with
 /// [`ScheduleError::Shutdown`]) and returns at once". An add made after it has returned (and
-/// `is_shutdown()` says true) must be refused, handing the task back. Here the reaper of an
-/// inline timer is busy running a task when the background shutdown is asked for, so the
-/// shutdown thread is still joining the reaper (it closes the wheel only after that join): the
-/// add is accepted (`Ok`, a pending handle), and its task is then dropped by the shutdown
-/// thread, never run and never handed back to anyone.
+/// `is_shutdown()` says true) must be refused, handing the task back, and a pending task's
+/// cancel and take find nothing (the shutdown owns it). Here the reaper of an inline timer is
+/// busy running a task when the background shutdown is asked for, so the shutdown thread is
+/// still joining the reaper: when that thread closed the wheel only after the join, the add
+/// was accepted (`Ok`, a pending handle) and its task then dropped by the shutdown thread,
+/// never run and never handed back to anyone, and the cancel won.
 #[test]
 fn an_add_after_shutdown_in_background_returned_is_refused() {
     within(60, || {
@@ -597,9 +598,19 @@ fn an_add_after_shutdown_in_background_returned_is_refused() {
                 let _ = release_rx.recv_timeout(Duration::from_secs(20));
             })
             .unwrap();
+        let pending = timer.add(Duration::from_secs(3600), || {}).unwrap();
+        let pending_key = timer.add_keyed(Duration::from_secs(3600), || {}).unwrap();
         started_rx.recv_timeout(Duration::from_secs(20)).unwrap();
         timer.shutdown_in_background();
         assert!(timer.is_shutdown());
+        assert!(
+            !pending.cancel(),
+            "a cancel won after shutdown_in_background() returned"
+        );
+        assert!(
+            timer.take(pending_key).is_none(),
+            "a take won after shutdown_in_background() returned"
+        );
         let ran = Arc::new(AtomicBool::new(false));
         let dropped = Arc::new(AtomicBool::new(false));
         let (r, d) = (ran.clone(), dropped.clone());
