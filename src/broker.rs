@@ -274,6 +274,9 @@ struct FetchResponse {
     /// built): the consumer's next fetch offset. Empty if the fetch never completed.
     ends: Vec<u64>,
     expired: bool,
+    /// When `try_complete` found it ready (`None`: completed by expiry); see
+    /// `ProduceResponse::ready_at`.
+    ready_at: Option<Instant>,
     /// Expired before `max_wait` had passed (the timer promises never early).
     expired_early: bool,
     /// Expired although checks that had already returned made `min_bytes` available: they
@@ -293,6 +296,8 @@ struct DelayedFetch {
     max_wait: Duration,
     /// When `on_complete` began (see `DelayedProduce::on_expiration`).
     completing_at: Option<Instant>,
+    /// When `try_complete` found it ready.
+    ready_at: Option<Instant>,
     reply: mpsc::Sender<(usize, FetchResponse)>,
     answered: Arc<Vec<AtomicU8>>,
     bytes: u64,
@@ -315,7 +320,11 @@ impl DelayedFetch {
 
 impl DelayedOperation for DelayedFetch {
     fn try_complete(&mut self) -> bool {
-        self.available() >= self.min_bytes
+        let ready = self.available() >= self.min_bytes;
+        if ready {
+            self.ready_at = Some(Instant::now());
+        }
+        ready
     }
     fn ready_hint(&self) -> Option<ReadyHint> {
         let (log, parts, min_bytes) = (Arc::clone(&self.log), self.parts.clone(), self.min_bytes);
@@ -371,6 +380,7 @@ impl Drop for DelayedFetch {
                 bytes: self.bytes,
                 ends: std::mem::take(&mut self.ends),
                 expired: self.expired,
+                ready_at: self.ready_at,
                 expired_early: self.expired_early,
                 expired_when_ready: self.expired_when_ready,
             },
@@ -553,14 +563,17 @@ pub fn run(cfg: &Config) -> Report {
                         ));
                         break;
                     }
+                    let parts: Vec<(u32, u64)> =
+                        mine.iter().copied().zip(offsets.iter().copied()).collect();
                     let op = DelayedFetch {
                         id,
                         log: log.clone(),
-                        parts: mine.iter().copied().zip(offsets.iter().copied()).collect(),
+                        parts: parts.clone(),
                         min_bytes: cfg.min_bytes,
                         issued: Instant::now(),
                         max_wait: cfg.fetch_max_wait,
                         completing_at: None,
+                        ready_at: None,
                         reply: tx.clone(),
                         answered: answered.clone(),
                         bytes: 0,
@@ -576,6 +589,7 @@ pub fn run(cfg: &Config) -> Report {
                     {
                         break;
                     }
+                    let entered = Instant::now();
                     let Ok((rid, resp)) =
                         rx.recv_timeout(cfg.fetch_max_wait * 20 + Duration::from_secs(10))
                     else {
@@ -595,6 +609,20 @@ pub fn run(cfg: &Config) -> Report {
                         outcomes
                             .2
                             .push(format!("fetch {id}: expired before its max wait"));
+                    }
+                    // As for produces (see the final pass of `run`): once it was watched and the
+                    // checks of its partitions had made `min_bytes` available, it must have been
+                    // found ready; found later is a lost wake-up, even if a later check healed it.
+                    let checked = log.checked_bytes(&parts, cfg.min_bytes);
+                    if let (Some(checked), Some(found)) = (checked, resp.ready_at) {
+                        let due = checked.max(entered);
+                        if found > due {
+                            outcomes.2.push(format!(
+                                "fetch {id}: found ready {:?} after a check that made its bytes \
+                                 available had returned (a lost wake-up, healed by a later check)",
+                                found - due
+                            ));
+                        }
                     }
                     if resp.expired {
                         outcomes.1 += 1;
@@ -806,6 +834,7 @@ mod tests {
             issued: Instant::now(),
             max_wait: Duration::from_secs(30),
             completing_at: None,
+            ready_at: None,
             reply: reply.clone(),
             answered: Arc::new(vec![AtomicU8::new(0), AtomicU8::new(0)]),
             bytes: 0,
