@@ -169,6 +169,29 @@ impl Log {
             .map(|&(_, at)| at)
             .min()
     }
+
+    /// When, for every (partition, offset) of `parts`, such a check had returned, if it has
+    /// for all of them: the time a produce needing those offsets must have completed by.
+    fn checked_past_all(&self, mut parts: impl Iterator<Item = (u32, u64)>) -> Option<Instant> {
+        parts.try_fold(None, |latest: Option<Instant>, (p, offset)| {
+            let at = self.checked_past(p, offset)?;
+            Some(Some(latest.map_or(at, |l| l.max(at))))
+        })?
+    }
+}
+
+/// A lost wake-up healed by a later check: how much later than `due` (the first time it was
+/// both watched, `entered`, and made ready by a check that had returned, `ready_by`) the
+/// operation was found ready (`found`, taken in `try_complete`, before the purgatory marks it
+/// completed, so before a check that returns at once on seeing it completed).
+fn found_late(
+    ready_by: Option<Instant>,
+    entered: Instant,
+    found: Option<Instant>,
+) -> Option<Duration> {
+    let due = ready_by?.max(entered);
+    let found = found?;
+    (found > due).then(|| found - due)
 }
 
 /// One produce response: per partition, the status and the HW when the response was built.
@@ -254,11 +277,8 @@ impl DelayedOperation for DelayedProduce {
         // wake-up.
         let now = self.completing_at.expect("on_complete ran first");
         let ready_since = self
-            .parts
-            .iter()
-            .map(|&(p, required, _)| self.log.checked_past(p, required))
-            .collect::<Option<Vec<_>>>()
-            .and_then(|at| at.into_iter().max());
+            .log
+            .checked_past_all(self.parts.iter().map(|&(p, required, _)| (p, required)));
         if let Some(r) = self.responses[self.id].lock().unwrap().as_mut() {
             r.expired = true;
             r.expired_early = self.issued.elapsed() < self.timeout;
@@ -614,15 +634,11 @@ pub fn run(cfg: &Config) -> Report {
                     // checks of its partitions had made `min_bytes` available, it must have been
                     // found ready; found later is a lost wake-up, even if a later check healed it.
                     let checked = log.checked_bytes(&parts, cfg.min_bytes);
-                    if let (Some(checked), Some(found)) = (checked, resp.ready_at) {
-                        let due = checked.max(entered);
-                        if found > due {
-                            outcomes.2.push(format!(
-                                "fetch {id}: found ready {:?} after a check that made its bytes \
-                                 available had returned (a lost wake-up, healed by a later check)",
-                                found - due
-                            ));
-                        }
+                    if let Some(late) = found_late(checked, entered, resp.ready_at) {
+                        outcomes.2.push(format!(
+                            "fetch {id}: found ready {late:?} after a check that made its bytes \
+                             available had returned (a lost wake-up, healed by a later check)"
+                        ));
                     }
                     if resp.expired {
                         outcomes.1 += 1;
@@ -745,23 +761,14 @@ pub fn run(cfg: &Config) -> Report {
         // check that visited it either found it ready or found it completed (found ready
         // earlier), and one that missed it ran before it was watched, so its second try saw
         // the HW. Found ready later (by a later check, which heals most lost wake-ups here as
-        // the HW keeps moving) is a lost wake-up; an expiry is judged in `on_expiration`.
-        // `ready_at` is taken in `try_complete`, before the purgatory marks the produce
-        // completed, so a check that returns at once on seeing it completed returns after it.
-        let ready_since = r
-            .statuses
-            .iter()
-            .map(|&(p, required, _, _)| log.checked_past(p, required))
-            .collect::<Option<Vec<_>>>()
-            .and_then(|at| at.into_iter().max());
-        let entered_at = *produce_entered[id].lock().unwrap();
-        if let (Some(ready), Some(entered), Some(found)) = (ready_since, entered_at, r.ready_at) {
-            let due = ready.max(entered);
-            if found > due && !r.expired {
+        // the HW keeps moving) is a lost wake-up (see `found_late`); an expiry is judged in
+        // `on_expiration` (its `ready_at` is `None`).
+        let ready_since = log.checked_past_all(r.statuses.iter().map(|&(p, req, _, _)| (p, req)));
+        if let Some(entered) = *produce_entered[id].lock().unwrap() {
+            if let Some(late) = found_late(ready_since, entered, r.ready_at) {
                 report.problems.push(format!(
-                    "produce {id}: found ready {:?} after a check following its HW moves had \
-                     returned (a lost wake-up, healed by a later check)",
-                    found - due
+                    "produce {id}: found ready {late:?} after a check following its HW moves had \
+                     returned (a lost wake-up, healed by a later check)"
                 ));
             }
         }
