@@ -256,7 +256,7 @@ pub fn run_once<S: SharedTarget>(target: &S, delays: &[u64], split: Split) -> Pa
     let done = Gate::new(3);
     let gates = [&phase, &done];
     let cpu0 = process_cpu_ns();
-    let (cpu, stamps, cancelled) = std::thread::scope(|s| {
+    let (cpu, stamps, cancelled, failed) = std::thread::scope(|s| {
         let workers: Vec<_> = (0..2)
             .map(|t| {
                 let (phase, done, gates) = (&phase, &done, &gates);
@@ -280,9 +280,16 @@ pub fn run_once<S: SharedTarget>(target: &S, delays: &[u64], split: Split) -> Pa
                     phase.wait();
                     let t2 = Instant::now();
                     let mut cancelled = 0usize;
+                    // As in W1: the tasks whose cancel failed, to check each one.
+                    let mut failed = Vec::new();
                     for (k, h) in handles.drain(..).enumerate() {
-                        if (start + k * step) % 10 != 0 {
-                            cancelled += usize::from(target.cancel(&h));
+                        let i = start + k * step;
+                        if i % 10 != 0 {
+                            if target.cancel(&h) {
+                                cancelled += 1;
+                            } else {
+                                failed.push(i);
+                            }
                         } else {
                             kept.push(h);
                         }
@@ -290,7 +297,7 @@ pub fn run_once<S: SharedTarget>(target: &S, delays: &[u64], split: Split) -> Pa
                     let t3 = Instant::now();
                     done.wait(); // the CPU reading
                     done.wait();
-                    ([t0, t1, t2, t3], cancelled)
+                    ([t0, t1, t2, t3], cancelled, failed)
                 })
             })
             .collect();
@@ -299,15 +306,17 @@ pub fn run_once<S: SharedTarget>(target: &S, delays: &[u64], split: Split) -> Pa
         done.wait();
         let cpu = process_cpu_ns().saturating_sub(cpu0);
         done.wait();
-        let results: Vec<(Stamps, usize)> = workers
+        let results: Vec<(Stamps, usize, Vec<usize>)> = workers
             .into_iter()
             .map(|w| w.join().expect("worker panicked"))
             .collect();
         let cancelled: usize = results.iter().map(|r| r.1).sum();
+        let failed: Vec<usize> = results.iter().flat_map(|r| r.2.iter().copied()).collect();
         (
             cpu,
             results.into_iter().map(|r| r.0).collect::<Vec<_>>(),
             cancelled,
+            failed,
         )
     });
     let expected = n - n.div_ceil(10);
@@ -317,12 +326,12 @@ pub fn run_once<S: SharedTarget>(target: &S, delays: &[u64], split: Split) -> Pa
     } else {
         // As in W1: only a task whose delay ran out (since the first add) may beat its cancel.
         let first_add = stamps.iter().map(|s| s[0]).min().expect("two threads");
-        let lost = expected - cancelled;
-        let could_fire = churn::fell_due(delays, first_add.elapsed());
+        let lost = churn::not_yet_due(delays, &failed, first_add.elapsed());
         assert!(
-            lost <= could_fire,
-            "cancel phase missed tasks: {lost} cancels failed of {expected}, only {could_fire} \
-             tasks could have fired first"
+            lost == 0,
+            "cancel phase missed tasks: {lost} of the {} failed cancels (of {expected}) were of \
+             tasks not yet due",
+            failed.len()
         );
     }
     // A phase runs from the first thread's start to the last thread's end.
@@ -567,6 +576,59 @@ mod tests {
             )
         });
         assert!(run.is_err(), "90 lost cancels of 9000 passed");
+    }
+
+    /// As W1's: a few long tasks (due in 100 s) whose cancels fail, in a run where thousands of
+    /// short ones (due in 1 ms) could have fired first but did not. The count check let them
+    /// through under the short tasks' allowance.
+    struct LosesLong {
+        delay: Vec<AtomicU64>,
+        stalled: std::sync::Once,
+        len: AtomicUsize,
+    }
+
+    impl SharedTarget for LosesLong {
+        type Handle = usize;
+        const EXACT: bool = false;
+        fn add(&self, delay_ms: u64, id: u64) -> usize {
+            self.delay[id as usize].store(delay_ms, Ordering::Relaxed);
+            self.len.fetch_add(1, Ordering::Relaxed);
+            id as usize
+        }
+        fn cancel(&self, h: &usize) -> bool {
+            self.stalled
+                .call_once(|| std::thread::sleep(Duration::from_millis(20)));
+            let long = self.delay[*h].load(Ordering::Relaxed) >= 100_000;
+            let won = !(long && *h % 1000 == 1);
+            if won {
+                self.len.fetch_sub(1, Ordering::Relaxed);
+            }
+            won
+        }
+        fn len(&self) -> usize {
+            self.len.load(Ordering::Relaxed)
+        }
+    }
+
+    #[test]
+    fn a_lost_cancel_of_a_task_not_yet_due_fails_w1x2_whatever_else_fell_due() {
+        let d: Vec<u64> = (0..10_000)
+            .map(|i| if i % 2 == 0 { 1 } else { 100_000 })
+            .collect();
+        for split in [Split::Interleaved, Split::Halves] {
+            let run = std::panic::catch_unwind(|| {
+                let t = LosesLong {
+                    delay: (0..d.len()).map(|_| AtomicU64::new(0)).collect(),
+                    stalled: std::sync::Once::new(),
+                    len: AtomicUsize::new(0),
+                };
+                run_once(&t, &d, split)
+            });
+            assert!(
+                run.is_err(),
+                "{split:?}: 10 lost cancels of tasks due in 100 s passed"
+            );
+        }
     }
 
     /// Cancels lost to tasks that fell due before them are what a real clock does: the check
