@@ -372,8 +372,9 @@ pub struct Report {
     pub not_exactly_once: usize,
     /// Requests whose completion contradicts the timing, whatever the load: one whose latency
     /// reached the timeout must expire (nothing else completes it); an expiry must not run before
-    /// the deadline (never early); and an expiry must not follow a completer call that had
-    /// already returned before the deadline (a lost completion).
+    /// the deadline (never early); an expiry must not follow a completer call that had already
+    /// returned before the deadline (a lost completion); and a completion other than by expiry
+    /// must not come before the request's latency (a premature completion).
     pub wrong_outcome: usize,
     /// How late the completer ran, p99 (ms): its own lag, not the purgatory's.
     pub completer_lag_p99_ms: f64,
@@ -1232,17 +1233,18 @@ fn run_once_with(args: &Args, flags: &FlagPool) -> Report {
         .count();
     report.wrong_outcome = (0..n)
         .filter(|&i| {
-            if completions[i] != 1 {
-                return false; // counted by the exactly-once check
-            }
-            let expired = expired_flag[i];
-            let deadline = arrivals[i] + timeout_ns;
-            let done = done_ns[i];
-            let acted = attempted_ns[i];
-            let must_expire = latency_ns[i] >= timeout_ns;
-            (must_expire && !expired)
-                || (expired && done < deadline)
-                || (expired && acted != 0 && acted < deadline)
+            // A request not completed exactly once is counted by the exactly-once check.
+            completions[i] == 1
+                && wrong_outcome(
+                    Outcome {
+                        expired: expired_flag[i],
+                        done_ns: done_ns[i],
+                        acted_ns: attempted_ns[i],
+                    },
+                    arrivals[i],
+                    latency_ns[i],
+                    timeout_ns,
+                )
         })
         .count();
     // Within 2% of the rate asked for: of the schedule's (a short run's gaps can sum to a few
@@ -1252,6 +1254,34 @@ fn run_once_with(args: &Args, flags: &FlagPool) -> Report {
         && report.wrong_outcome == 0
         && expired_ok(&report);
     report
+}
+
+/// How one request was completed (its only `on_complete`), in ns since the run's start.
+#[derive(Clone, Copy, Debug)]
+struct Outcome {
+    /// Expiry completed it.
+    expired: bool,
+    /// When `on_complete` ran.
+    done_ns: u64,
+    /// When the completer's call for it (a forced completion or the checks of its keys) had
+    /// returned; 0 if the completer never acted for it.
+    acted_ns: u64,
+}
+
+/// True if the outcome of a request issued at `arrival_ns` with `latency_ns` contradicts the
+/// timing, whatever the load: a request whose latency reached the timeout must expire (nothing
+/// else completes it); an expiry must not run before the deadline (never early), nor follow a
+/// completer call that had already returned before the deadline (a lost completion); and a
+/// request completed other than by expiry must not complete before its latency (nothing makes
+/// it completable earlier: the completer acts at its due time, `arrival + latency`, on the same
+/// clock).
+fn wrong_outcome(o: Outcome, arrival_ns: u64, latency_ns: u64, timeout_ns: u64) -> bool {
+    let deadline = arrival_ns + timeout_ns;
+    let must_expire = latency_ns >= timeout_ns;
+    (must_expire && !o.expired)
+        || (o.expired && o.done_ns < deadline)
+        || (o.expired && o.acted_ns != 0 && o.acted_ns < deadline)
+        || (!o.expired && o.done_ns < arrival_ns.saturating_add(latency_ns))
 }
 
 fn header(args: &Args) -> String {
@@ -1900,6 +1930,53 @@ mod tests {
             keep(&mut a);
             assert!(validate(&a).is_ok(), "case {i} refused");
         }
+    }
+
+    /// Each way an outcome can contradict the timing is counted. A completion (not an expiry)
+    /// before the request's latency, which nothing in a correct run causes (the completer acts
+    /// at the due time), was not: the run reported every outcome consistent.
+    #[test]
+    fn outcomes_that_contradict_the_timing_are_counted() {
+        let (arrival, timeout) = (1_000, 200_000_000);
+        let latency = 20_000_000;
+        let due = arrival + latency;
+        let deadline = arrival + timeout;
+        let o = |expired, done_ns, acted_ns| Outcome {
+            expired,
+            done_ns,
+            acted_ns,
+        };
+        // Consistent: completed at or after its due time by the completer's call; expired at
+        // or after the deadline with no call before it (a late completer).
+        for ok in [
+            o(false, due, due + 10),
+            o(false, due + 5, 0),
+            o(true, deadline, 0),
+        ] {
+            assert!(!wrong_outcome(ok, arrival, latency, timeout), "{ok:?}");
+        }
+        assert!(!wrong_outcome(
+            o(true, deadline + 1, deadline + 5),
+            arrival,
+            latency,
+            timeout
+        ));
+        // Wrong: completed before its latency (premature), expired early, expired after the
+        // completer's call had returned, a latency past the timeout not expired.
+        for bad in [
+            o(false, due - 1, due + 10),
+            o(false, arrival, 0),
+            o(true, deadline - 1, 0),
+            o(true, deadline, due + 10),
+        ] {
+            assert!(wrong_outcome(bad, arrival, latency, timeout), "{bad:?}");
+        }
+        assert!(wrong_outcome(
+            o(false, deadline + 1, 0),
+            arrival,
+            timeout,
+            timeout
+        ));
     }
 
     /// `Args::default()` is what the command line gives with no flags: W4's default point.
