@@ -30,7 +30,7 @@ pub const IMPLS: &[&str] = &[
 /// Flags of `w3`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
-    /// Length of the idle stretch, in seconds.
+    /// Length of the idle stretch, in seconds (at least 0.001, at most 10^6).
     #[arg(long, default_value_t = 10.0)]
     pub seconds: f64,
     /// Delay of the one task (seconds, at most 10^7); it must not fall due during the run.
@@ -189,11 +189,18 @@ fn measure(t: impl Target, a: &Args) -> Row {
     }
 }
 
+/// The shortest idle stretch, s: a shorter one measures little but the CPU readings around it
+/// (a few µs), which the table then reports per second of the stretch.
+const MIN_IDLE_S: f64 = 0.001;
+
 /// The flags' bounds: an idle stretch of some length (its CPU is reported per second of it),
 /// over before the one task falls due (a task that fires would count as a wake-up).
 fn validate(a: &Args) -> Result<(), String> {
-    if !(a.seconds > 0.0 && a.seconds <= 1e6) {
-        return Err("need 0 < --seconds <= 1000000".into());
+    // Any positive length was taken: `--seconds 1e-300` slept 0 ns, printed "CPU µs/s"
+    // above 2,000,000 (more than the machine's two cores) and passed the zero-wake-up check
+    // on a stretch of no time.
+    if !(a.seconds >= MIN_IDLE_S && a.seconds <= 1e6) {
+        return Err(format!("need {MIN_IDLE_S} <= --seconds <= 1000000"));
     }
     let longest_s = crate::churn::MAX_RANGE_MS / 1000;
     if a.delay_s > longest_s {
@@ -285,7 +292,7 @@ mod tests {
             impls: Vec::new(),
         };
         assert!(validate(&ok).is_ok());
-        for seconds in [0.0, -1.0, f64::NAN, 2e6] {
+        for seconds in [0.0, -1.0, f64::NAN, 2e6, 1e-300, MIN_IDLE_S / 2.0] {
             assert!(
                 validate(&Args {
                     seconds,
@@ -295,6 +302,11 @@ mod tests {
                 "{seconds}"
             );
         }
+        assert!(validate(&Args {
+            seconds: MIN_IDLE_S,
+            ..ok.clone()
+        })
+        .is_ok());
         // Beyond what the implementations take: the heap's deadline overflowed `Instant` and
         // the delay queue refused it, both with a panic.
         assert!(validate(&Args {
