@@ -203,6 +203,9 @@ pub fn run_once<C: ChurnTarget>(target: &mut C, delays: &[u64]) -> ChurnFigures 
     let expected = n - n.div_ceil(10);
     if C::EXACT {
         assert_eq!(cancelled, expected, "cancel phase missed tasks");
+        // The structure's own count, as W1x2 checks it: a cancel that said it won but left its
+        // task pending passed on its return values alone.
+        assert_eq!(target.len(), n - expected, "tasks lost or left over");
     } else {
         let lost = not_yet_due(delays, &failed, t0.elapsed());
         assert!(
@@ -673,6 +676,34 @@ mod tests {
         let d = delays(10_000, 30_000);
         let run = std::panic::catch_unwind(|| run_once(&mut Clocked::new(100, Duration::ZERO), &d));
         assert!(run.is_err(), "90 lost cancels of 9000 passed");
+    }
+
+    /// A target whose cancel says it won but leaves the task pending (its count shows it).
+    #[derive(Default)]
+    struct KeepsCancelled {
+        len: usize,
+    }
+
+    impl ChurnTarget for KeepsCancelled {
+        type Handle = ();
+        fn add(&mut self, _delay_ms: u64, _id: u64) {
+            self.len += 1;
+        }
+        fn cancel(&mut self, _h: &()) -> bool {
+            true
+        }
+        fn len(&self) -> usize {
+            self.len
+        }
+    }
+
+    /// W1 checked a cancel only by what it returned; W1x2 also checks the structure's count
+    /// after the phase. A cancel that left every task pending passed W1.
+    #[test]
+    fn a_cancel_that_leaves_its_task_pending_fails_w1() {
+        let d = delays(1_000, 30_000);
+        let run = std::panic::catch_unwind(|| run_once(&mut KeepsCancelled::default(), &d));
+        assert!(run.is_err(), "900 cancels that removed nothing passed");
     }
 
     /// A real-clock target whose cancels of a few long tasks (due in 100 s) fail, in a run
