@@ -1,7 +1,8 @@
 //! W3 idle cost from BENCHMARKS.md: start an implementation, add one task due in 60 s, let it
-//! settle, then stay idle; report the process CPU over the idle stretch (the per-thread
-//! `schedstat` sum: exact, and no thread starts or exits during the stretch) and how often the
-//! implementation's thread woke up. Each implementation is shut down before the next starts.
+//! settle, then stay idle; report the process CPU over the idle stretch (all threads:
+//! `CLOCK_PROCESS_CPUTIME_ID`, see `measure::process_cpu_ns`), the CPU of the threads other
+//! than the measuring one (their `schedstat` sum), and how often the implementation's thread
+//! woke up. Each implementation is shut down before the next starts.
 #![allow(clippy::disallowed_methods)] // benchmark code: std threads and clocks on purpose
 #![allow(clippy::disallowed_types)] // a std Mutex holds the delay queue's stop waker
 

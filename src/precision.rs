@@ -5,8 +5,8 @@
 //!
 //! Reported per implementation: lateness p50 / p99 / p99.9 / max (exact, from the sorted
 //! samples), early, missing and duplicate fires, and the process CPU from the first add until the
-//! last fire (all threads; the threads of the implementation live across the whole stretch, so
-//! the per-thread `schedstat` sum is exact). Implementations run one after another in one process.
+//! last fire (all threads, exited ones included: `CLOCK_PROCESS_CPUTIME_ID`, see
+//! `measure::process_cpu_ns`). Implementations run one after another in one process.
 //!
 //! Also home of [`HeapTimer`], the `binary-heap-condvar` baseline W3 uses too.
 #![allow(clippy::disallowed_methods)] // benchmark code: std threads and clocks on purpose
