@@ -30,7 +30,8 @@
 //!
 //! `PENDING → FIRED` (taken out by [`WheelGuard::advance`]), `PENDING → CANCELLED`
 //! ([`EntryHandle::cancel`], or [`ConcurrentWheel::cancel`] with a [`WheelKey`]),
-//! `PENDING → HANDED_BACK` ([`WheelGuard::close`]). Each transition
+//! `PENDING → HANDED_BACK` ([`WheelGuard::close`], or dropping the wheel while a handle keeps the
+//! entry's shard alive: the value is then dropped). Each transition
 //! happens under the entry's shard mutex and moves the value out exactly once, so exactly one of
 //! them happens to each entry.
 
@@ -96,7 +97,8 @@ pub struct ConcurrentWheel<T> {
 ///
 /// The entry ends exactly one way, and the handle tells which: [`is_cancelled`] (a
 /// [`cancel`](Self::cancel) through this handle won), [`is_fired`] (an advance took it out) or
-/// [`is_handed_back`] (a close took it out). All three are false while it is pending.
+/// [`is_handed_back`] (a close, or dropping the wheel, took it out). All three are false while it
+/// is pending.
 ///
 /// [`is_cancelled`]: Self::is_cancelled
 /// [`is_fired`]: Self::is_fired
@@ -662,9 +664,10 @@ impl<T> WheelGuard<'_, T> {
 
 impl<T> EntryHandle<T> {
     /// Cancels the entry: unlinks it at once (O(1), under its shard's lock) and returns its
-    /// value. (A handle keeps its shard's storage alive, so it stays usable even after the wheel
-    /// itself is dropped.) `None` means the entry is no longer pending (it fired, was cancelled, or was handed
-    /// back by a close): this call did not win.
+    /// value. `None` means the entry is no longer pending (it fired, was cancelled, or was handed
+    /// back by a close): this call did not win. A handle stays usable after the wheel itself is
+    /// dropped; dropping the wheel drops the values still pending, and their entries then
+    /// report [`is_handed_back`](Self::is_handed_back).
     ///
     /// ```
     /// let wheel = timing_wheel::ConcurrentWheel::new(1, 20, 0)?;
@@ -715,7 +718,8 @@ impl<T> EntryHandle<T> {
             && self.stamp.load(Ordering::Relaxed) & CANCELLED_BIT == 0
     }
 
-    /// True if a close of the wheel took the entry out before it fired or was cancelled.
+    /// True if a close of the wheel (or dropping the wheel) took the entry out before it fired
+    /// or was cancelled.
     pub fn is_handed_back(&self) -> bool {
         self.cell.shard.lock().key_state(self.key()) == KeyState::HandedBack
     }
@@ -740,6 +744,29 @@ impl<T> fmt::Debug for EntryHandle<T> {
         f.debug_struct("EntryHandle")
             .field("key", &self.key())
             .finish()
+    }
+}
+
+impl<T> Drop for ConcurrentWheel<T> {
+    /// Drops the values of the entries still pending. A shard no handle refers to goes with the
+    /// wheel (its arena drops them); a shard that some [`EntryHandle`] keeps alive is closed
+    /// first, so that handle does not keep every other pending value of its shard in memory
+    /// (nor, when a value holds a handle of its own shard, leak the shard in a cycle). Its
+    /// entries then report handed back. The values are dropped after the shard's lock is
+    /// released, so a value's `Drop` may use handles of the same wheel.
+    fn drop(&mut self) {
+        for cell in self.shards.iter_mut() {
+            if Arc::get_mut(cell).is_some() {
+                continue;
+            }
+            let mut values = Vec::new();
+            {
+                let mut shard = cell.shard.lock();
+                shard.close(&mut |_, _, value| values.push(value));
+                cell.len.store(0, Ordering::Relaxed);
+            }
+            drop(values);
+        }
     }
 }
 

@@ -444,3 +444,35 @@ fn close_races_advance_on_two_shards() {
         wheel.lock().check_invariants();
     });
 }
+
+/// The wheel is dropped while another thread cancels an entry through its handle (which keeps
+/// the entry's shard alive). Either the cancel wins and returns the value, or the drop takes it
+/// out (the handle then reports it handed back) and drops it; either way the other entry of that
+/// shard, which no handle names, is dropped with the wheel, not when the handle goes.
+#[test]
+fn wheel_drop_races_handle_cancel() {
+    loom::model(|| {
+        let wheel = ConcurrentWheel::with_shards(TICK, SIZE, 0, 1).unwrap();
+        let handle = wheel.add(5, token(1)).unwrap().handle;
+        let other = token(2);
+        wheel.add(6, Arc::clone(&other)).unwrap();
+
+        let canceller = thread::spawn(move || {
+            let cancelled = handle.cancel();
+            let handed_back = handle.is_handed_back();
+            (cancelled.map(|v| *v), handed_back, handle)
+        });
+        drop(wheel);
+        assert_eq!(
+            Arc::strong_count(&other),
+            1,
+            "the wheel's drop kept a value"
+        );
+        let (cancelled, handed_back, handle) = canceller.join().unwrap();
+        match cancelled {
+            Some(id) => assert!(id == 1 && !handed_back),
+            None => assert!(handed_back && handle.is_handed_back()),
+        }
+        assert!(!handle.is_pending() && handle.cancel().is_none());
+    });
+}
