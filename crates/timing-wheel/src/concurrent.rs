@@ -152,7 +152,9 @@ impl WheelKey {
         },
     };
 
-    /// The entry's key within its shard (what [`Fired::key`] reports when it fires).
+    /// The entry's key within its shard (what [`Fired::key`] reports when it fires). Unique
+    /// within the shard only: an entry on another shard may have the same one (see
+    /// [`Fired::key`]).
     pub fn entry_key(&self) -> EntryKey {
         self.key
     }
@@ -729,7 +731,9 @@ impl<T> EntryHandle<T> {
         self.cell.shard.lock().deadline(self.key())
     }
 
-    /// The entry's key within its shard (what [`Fired::key`] reports when it fires).
+    /// The entry's key within its shard (what [`Fired::key`] reports when it fires). Unique
+    /// within the shard only: an entry on another shard may have the same one (see
+    /// [`Fired::key`]).
     #[inline(always)]
     pub fn key(&self) -> EntryKey {
         EntryKey {

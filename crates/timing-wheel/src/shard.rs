@@ -24,7 +24,11 @@ use crate::AddError;
 /// An entry taken out of the wheel because its deadline was reached.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fired<T> {
-    /// The key it was scheduled under (it no longer matches anything).
+    /// The key it was scheduled under. In a [`TimingWheel`](crate::TimingWheel) it named this
+    /// entry only, and now matches nothing. A [`ConcurrentWheel`](crate::ConcurrentWheel)'s
+    /// keys are unique within a shard only (entries on two shards can have equal keys), and a
+    /// `Fired` does not say its shard: there the key does not identify the entry, so tell fired
+    /// entries apart by their values.
     pub key: EntryKey,
     /// The deadline it was scheduled for.
     pub deadline: u64,

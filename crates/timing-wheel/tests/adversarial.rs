@@ -65,3 +65,41 @@ fn a_value_holding_its_own_handle_does_not_leak_its_shard() {
     drop(cw);
     assert_eq!(drops.load(SeqCst), 2, "the shards leaked their values");
 }
+
+/// A concurrent wheel's entry keys are per shard: the first entries of two shards have the
+/// same key, so the key a fired entry reports also names an entry still pending on another
+/// shard. The docs said a fired key "no longer matches anything" and pointed at
+/// `EntryHandle::key` / `WheelKey::entry_key` as "what `Fired::key` reports", inviting callers
+/// to match fired entries to their handles or keys by it; they now say it is unique within a
+/// shard only. This test pins the behaviour the docs now describe.
+#[test]
+fn fired_keys_of_a_concurrent_wheel_are_unique_within_a_shard_only() {
+    let cw = ConcurrentWheel::with_shards(1, 20, 0, 2).unwrap();
+    let a = cw.add_on_shard(0, 5, 'a').unwrap().handle;
+    let b = cw.add_on_shard(1, 7, 'b').unwrap().handle;
+    assert_eq!(a.key(), b.key(), "two shards' first entries");
+    let mut fired = Vec::new();
+    cw.lock().advance(5, |f| fired.push((f.key, f.value)));
+    assert_eq!(fired, [(a.key(), 'a')]);
+    assert!(b.is_pending(), "b has not fired");
+    assert_eq!(fired[0].0, b.key(), "the fired key names b too");
+
+    // The same with keys from `add_keyed` on a fresh wheel, from threads until one lands on
+    // the other shard (threads get shard hints round-robin).
+    let cw = ConcurrentWheel::with_shards(1, 20, 0, 2).unwrap();
+    let (ka, kb) = std::thread::scope(|s| {
+        let add = || {
+            s.spawn(|| cw.add_keyed(100, ()).unwrap().handle)
+                .join()
+                .unwrap()
+        };
+        let ka = add();
+        let kb = (0..64)
+            .map(|_| add())
+            .find(|k| k.entry_key() == ka.entry_key())
+            .expect("no thread landed on the other shard");
+        (ka, kb)
+    });
+    assert_ne!(ka, kb, "the wheel keys differ (they carry the shard)");
+    assert!(cw.is_pending(ka) && cw.is_pending(kb));
+}
