@@ -3,7 +3,9 @@
 #![cfg(not(loom))]
 
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use timing_wheel::{ConcurrentWheel, EntryHandle};
 
@@ -64,6 +66,69 @@ fn a_value_holding_its_own_handle_does_not_leak_its_shard() {
     }
     drop(cw);
     assert_eq!(drops.load(SeqCst), 2, "the shards leaked their values");
+}
+
+/// Runs `f` on its own thread and fails if it has not finished within `limit` (a hang guard
+/// only: nothing here relies on how long anything takes).
+fn with_timeout<R: Send + 'static>(limit: Duration, f: impl FnOnce() -> R + Send + 'static) -> R {
+    let (tx, rx) = mpsc::channel();
+    let body = std::thread::Builder::new()
+        .name("test-body".into())
+        .spawn(move || {
+            let r = f();
+            let _ = tx.send(());
+            r
+        })
+        .unwrap();
+    match rx.recv_timeout(limit) {
+        Ok(()) | Err(RecvTimeoutError::Disconnected) => match body.join() {
+            Ok(r) => r,
+            Err(panic) => std::panic::resume_unwind(panic),
+        },
+        Err(RecvTimeoutError::Timeout) => panic!("hung: not finished after {limit:?}"),
+    }
+}
+
+/// Dropping the wheel drops a pending value whose own `Drop` uses a handle of another entry of
+/// the same shard (cancels it, asks about it): the values are dropped after the shard's lock is
+/// released, so this neither deadlocks nor finds the sibling still pending.
+#[test]
+fn a_value_whose_drop_uses_a_sibling_handle_is_dropped_with_the_wheel() {
+    struct Watcher {
+        sibling: Arc<OnceLock<EntryHandle<Watcher>>>,
+        seen: Arc<OnceLock<(bool, bool)>>,
+    }
+    impl Drop for Watcher {
+        fn drop(&mut self) {
+            if let Some(h) = self.sibling.get() {
+                let cancelled = h.cancel().is_some();
+                let _ = self.seen.set((cancelled, h.is_handed_back()));
+            }
+        }
+    }
+    let seen = Arc::new(OnceLock::new());
+    let seen_in = Arc::clone(&seen);
+    with_timeout(Duration::from_secs(20), move || {
+        let cw = ConcurrentWheel::with_shards(1, 20, 0, 1).unwrap();
+        let slot = Arc::new(OnceLock::new());
+        let first = Watcher {
+            sibling: Arc::clone(&slot),
+            seen: seen_in,
+        };
+        let kept = cw.add(10, first).unwrap().handle;
+        let sibling = Watcher {
+            sibling: Arc::new(OnceLock::new()),
+            seen: Arc::new(OnceLock::new()),
+        };
+        assert!(slot.set(cw.add(20, sibling).unwrap().handle).is_ok());
+        drop(cw);
+        assert!(kept.is_handed_back());
+    });
+    assert_eq!(
+        seen.get(),
+        Some(&(false, true)),
+        "the value was not dropped with the wheel, or its sibling was still pending"
+    );
 }
 
 /// A concurrent wheel's entry keys are per shard: the first entries of two shards have the
