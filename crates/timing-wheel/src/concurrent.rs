@@ -242,8 +242,10 @@ impl<T> ConcurrentWheel<T> {
     ///
     /// # Errors
     ///
-    /// [`AddError::Expired`] when the deadline is not after the wheel's current time;
-    /// [`AddError::Closed`] after [`WheelGuard::close`]. Both hand the value back.
+    /// [`AddError::Expired`] when the deadline (rounded up to the tick) is not after the wheel's
+    /// current time; [`AddError::Closed`] after [`WheelGuard::close`]. Both hand the value back.
+    /// A deadline past the last representable tick is accepted as never due, even once the
+    /// wheel's time has reached it, as with [`TimingWheel::add`](crate::TimingWheel::add).
     ///
     /// ```
     /// use timing_wheel::{AddError, ConcurrentWheel};

@@ -87,6 +87,10 @@ impl<T> TimingWheel<T> {
     /// after the wheel's current time: the entry is already due and the caller should act on it
     /// now. A deadline past the last representable tick (the last multiple of the tick below
     /// `u64::MAX`) is accepted and means "never": it is never handed out, but can be cancelled.
+    /// This holds even once the wheel's time has reached such a deadline (with a tick of 1, or
+    /// one dividing `u64::MAX`, an advance to `u64::MAX` takes the time there): it is still
+    /// accepted as never due, not refused as `Expired`. A caller whose clock can reach the end
+    /// of the range must check such deadlines against it itself.
     ///
     /// ```
     /// use timing_wheel::{AddError, TimingWheel};

@@ -7,7 +7,7 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use timing_wheel::{ConcurrentWheel, EntryHandle};
+use timing_wheel::{AddError, ConcurrentWheel, EntryHandle, TimingWheel};
 
 /// Counts its drops.
 struct Counted(Arc<AtomicUsize>);
@@ -167,4 +167,35 @@ fn fired_keys_of_a_concurrent_wheel_are_unique_within_a_shard_only() {
     });
     assert_ne!(ka, kb, "the wheel keys differ (they carry the shard)");
     assert!(cw.is_pending(ka) && cw.is_pending(kb));
+}
+
+/// At the end of time: a wheel advanced to `u64::MAX` (a tick of 1, or any tick dividing
+/// `u64::MAX`, lets its time get there) still accepts a deadline past its last tick, such as
+/// `u64::MAX` itself, as never due, although its time has reached that deadline; it is never
+/// handed out. The docs of `ConcurrentWheel::add` said only "`Expired` when the deadline is not
+/// after the wheel's current time" (so `Expired` here), and `TimingWheel::add`'s said both that
+/// and "accepted and means never"; they now say which wins. (`system-timer` checks its clock
+/// for such deadlines itself.)
+#[test]
+fn a_deadline_past_the_last_tick_is_never_due_even_once_the_time_has_reached_it() {
+    for tick in [1, 3, 255] {
+        let cw = ConcurrentWheel::with_shards(tick, 20, 0, 2).unwrap();
+        let mut w = TimingWheel::new(tick, 20, 0).unwrap();
+        cw.lock().advance(u64::MAX, |_| unreachable!());
+        w.advance(u64::MAX, |_| unreachable!());
+        assert_eq!(w.current_time(), u64::MAX, "tick {tick}");
+        assert_eq!(cw.lock().current_time(), u64::MAX, "tick {tick}");
+
+        let k = cw.add(u64::MAX, 'c').expect("accepted as never due");
+        assert!(k.queued.is_none());
+        let kw = w.add(u64::MAX, 'w').expect("accepted as never due");
+        assert!(matches!(
+            w.add(u64::MAX - tick, 'x'),
+            Err(AddError::Expired('x'))
+        ));
+        assert_eq!(cw.lock().advance(u64::MAX, |_| unreachable!()), 0);
+        assert_eq!(w.advance(u64::MAX, |_| unreachable!()), 0);
+        assert!(k.handle.is_pending() && w.contains(kw));
+        assert_eq!((k.handle.cancel(), w.cancel(kw)), (Some('c'), Some('w')));
+    }
 }
