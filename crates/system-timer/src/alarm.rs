@@ -3,7 +3,7 @@
 //! reaper's wake-up time later **without waking it** (a futex wait's timeout cannot be changed
 //! from outside; moving it would take a wake-up, the very cost helping saves).
 //!
-//! Only [`Parker`](crate::reaper::Parker) uses it, under the parker's mutex (see the ground rules
+//! Only [`Parker`](crate::parker::Parker) uses it, under the parker's mutex (see the ground rules
 //! there): the alarm holds no state of its own beyond the kernel's timer.
 //!
 //! A wake-up time is set **absolute** (`TFD_TIMER_ABSTIME`), as a [`Stamp`] of the alarm's clock

@@ -72,6 +72,7 @@ mod alarm;
 mod clock;
 mod error;
 mod handle;
+mod parker;
 #[cfg(not(loom))]
 mod reaper;
 mod stats;

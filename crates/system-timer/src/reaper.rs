@@ -1,5 +1,6 @@
 //! The only code that blocks: the reaper thread, the executor threads, and the blocking
-//! [`advance_clock`]. Compiled out under loom (models drive the timer with `advance_to`).
+//! [`advance_clock`]. Compiled out under loom (models drive the timer with `advance_to`, and the
+//! reaper's turn, `Inner::reaper_step`, which with the [`Parker`] is compiled under loom too).
 //!
 //! # The reaper's sleep
 //!
@@ -21,187 +22,21 @@
 //! between the reaper's look at the queue and its `park` makes that `park` return at once. With
 //! nothing queued the reaper sleeps without a timeout: zero wake-ups while idle.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, TryRecvError};
 
 use crate::clock::Clock;
-use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::atomic::Ordering;
 use crate::sync::thread::{spawn_named, JoinHandle};
 use crate::sync::{Arc, Condvar, Mutex, Weak};
+
+#[allow(unused_imports)] // the module docs' link
+use crate::parker::Parker;
+
+pub(crate) use crate::parker::HELP_MARGIN_NS;
 use crate::task::TimerTask;
 use crate::timer::{Dispatch, Inner, Job};
-
-/// A permit-based parker: `unpark` before `park` makes `park` return at once.
-///
-/// Ground rules: `notified` is the permit, read and written under its mutex only. Sleepers on
-/// the condvar are any thread (`park`: the reaper without an alarm, and shutdown's bounded
-/// wait; `park_since`: `advance_clock` callers, which wait for an epoch change and never take
-/// the permit); `unpark` wakes them all. The alarm has one sleeper, the reaper
-/// (`park_reaper`). The alarm is set only under the mutex: by the reaper before it blocks
-/// (after seeing no permit), by `unpark` to "at once" (after granting the permit), and by
-/// `rearm` only while no permit is pending and no `unpark` came since its caller read the
-/// wheel (`epoch`). So an `unpark` is never lost: it lands either before the reaper's look at
-/// the permit (which it then consumes) or after the reaper set its alarm (which it then
-/// fires), and no `rearm` can move the alarm past it, nor past a bucket the reaper was
-/// unparked for after the rearming caller's look at the wheel.
-#[derive(Debug, Default)]
-pub(crate) struct Parker {
-    notified: Mutex<bool>,
-    cv: Condvar,
-    /// Bumped by every `unpark` (under `notified`'s mutex): a `rearm` computed from a reading of
-    /// the wheel taken before an `unpark` (an add that queued an earlier bucket) is stale.
-    epoch: AtomicU64,
-    /// The reaper's alarm, when the timer has a grace (Linux): lets a thread that advanced the
-    /// wheel move the reaper's wake-up later without waking it.
-    #[cfg(target_os = "linux")]
-    alarm: Option<crate::alarm::Alarm>,
-}
-
-impl Parker {
-    /// A parker; with `alarm` (and on Linux), the reaper sleeps on a timerfd that
-    /// [`rearm`](Self::rearm) can move.
-    pub(crate) fn new(alarm: bool) -> Self {
-        #[cfg(not(target_os = "linux"))]
-        let _ = alarm;
-        Parker {
-            notified: Mutex::new(false),
-            cv: Condvar::new(),
-            epoch: AtomicU64::new(0),
-            #[cfg(target_os = "linux")]
-            alarm: if alarm {
-                crate::alarm::Alarm::new()
-            } else {
-                None
-            },
-        }
-    }
-
-    /// Sleeps until unparked, or for at most `timeout` if given; consumes the permit. True if
-    /// it slept (false: a permit was waiting, or the timeout was zero).
-    pub(crate) fn park(&self, timeout: Option<Duration>) -> bool {
-        let mut n = self.notified.lock();
-        let slept = !*n && timeout.is_none_or(|d| !d.is_zero());
-        if slept {
-            match timeout {
-                Some(d) => self.cv.wait_for(&mut n, d),
-                None => self.cv.wait(&mut n),
-            }
-        }
-        *n = false;
-        slept
-    }
-
-    /// Sleeps until an `unpark` that came after `epoch` was read ([`epoch`](Self::epoch), taken
-    /// before the caller looked at the state it waits on; at once if one came already), or for
-    /// at most `timeout`; may return early (spuriously). Leaves the permit alone, which is the
-    /// reaper's: for any number of other sleepers (`advance_clock`), none of which can then
-    /// take a wake-up meant for another, or one meant for the reaper.
-    pub(crate) fn park_since(&self, epoch: u64, timeout: Option<Duration>) {
-        let mut n = self.notified.lock();
-        if self.epoch.load(Ordering::Acquire) != epoch {
-            return;
-        }
-        match timeout {
-            Some(d) if d.is_zero() => {}
-            Some(d) => self.cv.wait_for(&mut n, d),
-            None => self.cv.wait(&mut n),
-        }
-    }
-
-    /// A reading of the alarm's clock (when there is an alarm), to take **before** reading the
-    /// timer's clock for the length of a sleep that [`park_reaper`](Self::park_reaper) or
-    /// [`rearm`](Self::rearm) then sets: the alarm counts that length from this stamp, so a
-    /// thread descheduled in between does not push the wake-up later (see `alarm.rs`).
-    pub(crate) fn stamp(&self) -> Stamp {
-        #[cfg(target_os = "linux")]
-        return Stamp(self.alarm.as_ref().map(|_| crate::alarm::Stamp::now()));
-        #[cfg(not(target_os = "linux"))]
-        Stamp(())
-    }
-
-    /// The reaper's sleep: [`park`](Self::park), but on the alarm when there is one, so that
-    /// [`rearm`](Self::rearm) can move the wake-up time; `timeout` counts from `stamp`
-    /// ([`stamp`](Self::stamp)). Only the reaper calls it. True if it slept, as `park`.
-    pub(crate) fn park_reaper(&self, stamp: Stamp, timeout: Option<Duration>) -> bool {
-        #[cfg(target_os = "linux")]
-        if let (Some(alarm), Some(stamp)) = (&self.alarm, stamp.0) {
-            {
-                let mut n = self.notified.lock();
-                if *n || timeout.is_some_and(|d| d.is_zero()) {
-                    *n = false;
-                    return false;
-                }
-                if !alarm.set(stamp, timeout) {
-                    drop(n);
-                    return self.park(timeout);
-                }
-            }
-            alarm.wait();
-            // Consumes a permit granted while it slept (the unpark also fired the alarm). One
-            // granted after the wait returned is dropped too: the reaper is awake and re-reads
-            // the timer's state before it sleeps again.
-            *self.notified.lock() = false;
-            return true;
-        }
-        let _ = stamp;
-        self.park(timeout)
-    }
-
-    /// Grants the permit, bumps the epoch and wakes **every** sleeper on the condvar (the
-    /// reaper, and any number of [`park_since`](Self::park_since) callers: with `notify_one`,
-    /// one of two `advance_clock` callers slept on after the clock moved or a shutdown).
-    pub(crate) fn unpark(&self) {
-        let mut n = self.notified.lock();
-        *n = true;
-        self.epoch.fetch_add(1, Ordering::AcqRel);
-        self.cv.notify_all();
-        #[cfg(target_os = "linux")]
-        if let Some(alarm) = &self.alarm {
-            alarm.fire();
-        }
-    }
-
-    /// The count of unparks so far: read it before reading the wheel for a [`rearm`](Self::rearm).
-    pub(crate) fn epoch(&self) -> u64 {
-        self.epoch.load(Ordering::Acquire)
-    }
-
-    /// Calls `publish` and moves the reaper's alarm to `timeout` past `stamp` (taken before the
-    /// reading `timeout` was computed from; `None`: until unparked), unless an unpark is pending
-    /// or came since `epoch` was read (an add may have queued an earlier bucket than the one
-    /// `timeout` was computed from: the unparked reaper publishes and sets its alarm from a
-    /// fresh reading). No alarm move without an alarm: the
-    /// reaper then wakes at the time it chose, finds nothing due and sleeps again.
-    pub(crate) fn rearm(
-        &self,
-        epoch: u64,
-        stamp: Stamp,
-        timeout: Option<Duration>,
-        publish: impl FnOnce(),
-    ) {
-        let n = self.notified.lock();
-        if *n || self.epoch.load(Ordering::Acquire) != epoch {
-            return;
-        }
-        publish();
-        #[cfg(target_os = "linux")]
-        if let (Some(alarm), Some(stamp)) = (&self.alarm, stamp.0) {
-            alarm.set(stamp, timeout);
-        }
-        #[cfg(not(target_os = "linux"))]
-        let _ = (stamp, timeout);
-        drop(n);
-    }
-}
-
-/// A [`Parker::stamp`]: a reading of the alarm's clock, or nothing without an alarm.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Stamp(
-    #[cfg(target_os = "linux")] Option<crate::alarm::Stamp>,
-    #[cfg(not(target_os = "linux"))] (),
-);
 
 /// Where idle executor threads sleep: a counting semaphore. The dispatcher adds a permit after
 /// each batch it sends (and shutdown one per executor after closing the channel); an executor
@@ -220,7 +55,7 @@ impl Semaphore {
     pub(crate) fn acquire(&self) {
         let mut p = self.permits.lock();
         while *p == 0 {
-            self.cv.wait(&mut p);
+            p = self.cv.wait(p);
         }
         *p -= 1;
     }
@@ -267,6 +102,11 @@ impl Threads {
     /// Wakes the reaper (shutdown has set `stopping`) and joins it.
     pub(crate) fn stop_reaper<T: TimerTask>(&mut self, inner: &Inner<T>) {
         inner.parker.unpark();
+        self.join_reaper();
+    }
+
+    /// Joins the reaper, once it has been woken with `stopping` set.
+    pub(crate) fn join_reaper(&mut self) {
         if let Some(r) = self.reaper.take() {
             // The reaper catches task panics itself; a join error would be a bug of ours, and
             // shutdown must go on regardless.
@@ -378,7 +218,7 @@ impl Finished {
     pub(crate) fn wait(&self) {
         let mut done = self.done.lock();
         while !*done {
-            self.cv.wait(&mut done);
+            done = self.cv.wait(done);
         }
     }
 }
@@ -473,56 +313,8 @@ fn abort_start<T: TimerTask>(
 }
 
 fn reaper_loop<T: TimerTask>(inner: &Inner<T>) {
-    loop {
-        if inner.stopping.load(Ordering::Acquire) {
-            return;
-        }
-        let now = inner.clock.now_ns();
-        let next = inner.wheel.next_expiration();
-        if next.is_some_and(|x| x <= now) || inner.has_ready() {
-            // advance_to_ns never lets a task panic escape (run_job catches it); the guard here
-            // keeps the reaper alive even if our own code had a bug.
-            let _ = catch_unwind(AssertUnwindSafe(|| inner.advance_to_ns(now)));
-            continue;
-        }
-        // The alarm's reading before the clock's reading in `sleep_for`: the sleep computed
-        // from the second counts from the first (never later than it should). Taken only on
-        // the way to sleep, not on each advance.
-        let stamp = inner.parker.stamp();
-        let timeout = match next {
-            // Callers that run anyway may advance the wheel for us once `x` has passed
-            // (`advance_if_due`); our own alarm is the fallback, `grace` later, and each of their
-            // advances moves it past the next bucket (`rearm`).
-            Some(x) if inner.grace_ns > 0 => {
-                inner
-                    .help_at_ns
-                    .store(x.saturating_add(HELP_MARGIN_NS), Ordering::Release);
-                inner.clock.sleep_for(x.saturating_add(inner.grace_ns))
-            }
-            Some(x) => inner.clock.sleep_for(x),
-            None => {
-                // Nothing queued: no help wanted (a stale time would make the next caller
-                // claim an empty advance) until an add queues a bucket and unparks us.
-                if inner.grace_ns > 0 {
-                    inner.help_at_ns.store(u64::MAX, Ordering::Release);
-                }
-                None
-            }
-        };
-        // Counted only after a real sleep: a pending unpark (a bucket queued while it advanced)
-        // or a zero timeout returns at once, which is no wake-up.
-        if inner.parker.park_reaper(stamp, timeout) {
-            inner.stats.wakeups.fetch_add(1, Ordering::Relaxed);
-        }
-    }
+    while inner.reaper_step().is_some() {}
 }
-
-/// How long after a bucket's expiration callers start advancing the wheel for the reaper: a
-/// caller compares its cheap clock reading (`Clock::deadline_base_ns`, at most a few
-/// microseconds above the clock: about 13 µs at most, about 20 µs under the worst slewing) with
-/// the expiration, and an advance before the bucket is really due would find nothing to do. Far
-/// below a tick, so it does not change when tasks run.
-pub(crate) const HELP_MARGIN_NS: u64 = 25_000;
 
 fn executor_loop<T: TimerTask>(inner: &Inner<T>, rx: &Receiver<Vec<Job<T>>>) {
     // True when this executor holds a permit it slept for and has not yet matched with a batch:
@@ -623,7 +415,7 @@ mod tests {
     #[test]
     fn a_park_that_does_not_sleep_says_so() {
         for alarm in [false, true] {
-            let parker = super::Parker::new(alarm);
+            let parker = crate::parker::Parker::new(alarm);
             parker.unpark();
             assert!(!parker.park_reaper(parker.stamp(), None), "permit waiting");
             assert!(!parker.park_reaper(parker.stamp(), Some(Duration::ZERO)));
@@ -649,7 +441,7 @@ mod tests {
     #[test]
     fn rearm_yields_to_a_pending_or_later_unpark() {
         for alarm in [false, true] {
-            let parker = super::Parker::new(alarm);
+            let parker = crate::parker::Parker::new(alarm);
             let hour = Some(Duration::from_secs(3600));
             let mut published = 0;
             parker.rearm(parker.epoch(), parker.stamp(), hour, || published += 1);

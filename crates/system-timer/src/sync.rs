@@ -1,9 +1,9 @@
 //! Synchronisation shim: parking_lot + std normally, loom under `--cfg loom`.
 //!
 //! The only module of the crate that names `parking_lot`, `std::sync`, `std::thread` or `loom`
-//! (`clippy.toml` bans them elsewhere). Both halves expose the same surface, except the blocking
-//! pieces (`Condvar`, `thread`) that only the reaper and executor use: those are compiled out
-//! under loom, where models drive the timer by hand.
+//! (`clippy.toml` bans them elsewhere). Both halves expose the same surface, except `thread`
+//! and `Weak`, which only the reaper and executors use: those are compiled out under loom, where
+//! models drive the timer by hand. `Condvar` is in both: the reaper's `Parker` is modelled.
 #![allow(
     dead_code,
     unused_imports,
@@ -40,11 +40,18 @@ mod imp {
         pub(crate) fn new() -> Self {
             Self(parking_lot::Condvar::new())
         }
-        pub(crate) fn wait<T>(&self, guard: &mut MutexGuard<'_, T>) {
-            self.0.wait(guard);
+        /// Takes the guard by value, as loom's (and `std`'s) condvar does.
+        pub(crate) fn wait<'a, T>(&self, mut guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+            self.0.wait(&mut guard);
+            guard
         }
-        pub(crate) fn wait_for<T>(&self, guard: &mut MutexGuard<'_, T>, d: std::time::Duration) {
-            self.0.wait_for(guard, d);
+        pub(crate) fn wait_for<'a, T>(
+            &self,
+            mut guard: MutexGuard<'a, T>,
+            d: std::time::Duration,
+        ) -> MutexGuard<'a, T> {
+            self.0.wait_for(&mut guard, d);
+            guard
         }
         pub(crate) fn notify_one(&self) {
             self.0.notify_one();
@@ -97,6 +104,37 @@ mod imp {
     impl<T: Default> Default for Mutex<T> {
         fn default() -> Self {
             Self::new(T::default())
+        }
+    }
+
+    /// A condition variable paired with [`Mutex`], over loom's: only the reaper's [`Parker`]
+    /// uses it under loom. A timed wait is a plain wait (loom does not model time).
+    ///
+    /// [`Parker`]: crate::parker::Parker
+    #[derive(Debug, Default)]
+    pub(crate) struct Condvar(loom::sync::Condvar);
+
+    impl Condvar {
+        pub(crate) fn new() -> Self {
+            Self(loom::sync::Condvar::new())
+        }
+        #[track_caller]
+        pub(crate) fn wait<'a, T>(&self, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+            self.0.wait(guard).unwrap_or_else(|e| e.into_inner())
+        }
+        #[track_caller]
+        pub(crate) fn wait_for<'a, T>(
+            &self,
+            guard: MutexGuard<'a, T>,
+            _d: std::time::Duration,
+        ) -> MutexGuard<'a, T> {
+            self.wait(guard)
+        }
+        pub(crate) fn notify_one(&self) {
+            self.0.notify_one();
+        }
+        pub(crate) fn notify_all(&self) {
+            self.0.notify_all();
         }
     }
 

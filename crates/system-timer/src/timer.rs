@@ -25,7 +25,7 @@
 //!   compare-and-swap claims it), all through the same advance under the wheel's locks, so
 //!   helping changes only which thread advances, never what an advance does. A helper publishes
 //!   the next bucket's time and moves the reaper's alarm under the parker's mutex, and only if
-//!   no `unpark` came since it read the wheel (see `reaper::Parker`): a stale rearm can make the
+//!   no `unpark` came since it read the wheel (see `parker::Parker`): a stale rearm can make the
 //!   reaper wake early, never late.
 //! * **Shutdown** (exactly-once accounting). 1. `stopping` is set and the reaper is woken and
 //!   joined. 2. The wheel is closed under its write side: every pending entry is handed back and
@@ -130,8 +130,8 @@ pub(crate) struct Inner<T> {
     pub(crate) spare_jobs: Mutex<Vec<Job<T>>>,
     /// Jobs the executors handed back after `stopping` was set.
     pub(crate) returned: Mutex<Vec<T>>,
-    #[cfg(not(loom))]
-    pub(crate) parker: Arc<crate::reaper::Parker>,
+    /// Where the reaper sleeps (and `advance_clock` callers): see `parker.rs`.
+    pub(crate) parker: Arc<crate::parker::Parker>,
     /// Where idle executors sleep; a permit per batch sent.
     #[cfg(not(loom))]
     pub(crate) idle_executors: crate::reaper::Semaphore,
@@ -453,8 +453,7 @@ impl<T: TimerTask> Builder<T> {
             jobs_hint: std::sync::atomic::AtomicUsize::new(0),
             spare_jobs: Mutex::new(Vec::new()),
             returned: Mutex::new(Vec::new()),
-            #[cfg(not(loom))]
-            parker: Arc::new(crate::reaper::Parker::new(
+            parker: Arc::new(crate::parker::Parker::new(
                 self.reaper && self.reaper_grace > Duration::ZERO,
             )),
             #[cfg(not(loom))]
@@ -981,6 +980,18 @@ impl<T: TimerTask> SystemTimer<T> {
     }
 }
 
+impl<T: TimerTask> SystemTimer<T> {
+    /// For loom models only (no reaper thread runs under loom): one turn of the reaper's loop,
+    /// as the reaper thread runs it: `None` once shutdown has started; otherwise advances if
+    /// something is due, or sleeps until woken (under loom a timed sleep is a plain wait: a
+    /// model must arrange a wake-up, or loom reports a deadlock). `Some(n)`: tasks dispatched.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn reaper_step(&self) -> Option<usize> {
+        self.inner.reaper_step()
+    }
+}
+
 impl<T: TimerTask> Drop for SystemTimer<T> {
     fn drop(&mut self) {
         drop_each(self.shutdown());
@@ -1099,7 +1110,6 @@ impl<T: TimerTask> Inner<T> {
         }
         match add(&self.wheel, deadline_ns, task) {
             Ok(added) => {
-                #[cfg(not(loom))]
                 if added.earliest {
                     self.parker.unpark();
                 }
@@ -1198,7 +1208,6 @@ impl<T: TimerTask> Inner<T> {
                 self.stats.dispatched.fetch_add(1, Ordering::Release);
                 ready.push(job);
                 drop(d);
-                #[cfg(not(loom))]
                 self.parker.unpark();
                 Ok(())
             }
@@ -1294,7 +1303,6 @@ impl<T: TimerTask> Inner<T> {
         }
         if self.running.fetch_sub(1, Ordering::AcqRel) == 1 && self.stopping.load(Ordering::Acquire)
         {
-            #[cfg(not(loom))]
             self.parker.unpark();
         }
         n
@@ -1382,6 +1390,55 @@ impl<T: TimerTask> Inner<T> {
         }
     }
 
+    /// One turn of the reaper's loop: `None` once `stopping` is set (the reaper returns);
+    /// otherwise advances the wheel if a bucket is due (or, in inline mode, a task waits), or
+    /// sleeps until the earliest bucket is due or an `unpark` comes (an add that queued an
+    /// earlier bucket, a task due at add time, a shutdown, a moved manual clock). `Some(n)`: the
+    /// tasks this turn dispatched.
+    pub(crate) fn reaper_step(&self) -> Option<usize> {
+        if self.stopping.load(Ordering::Acquire) {
+            return None;
+        }
+        let now = self.clock.now_ns();
+        let next = self.wheel.next_expiration();
+        if next.is_some_and(|x| x <= now) || self.has_ready() {
+            // advance_to_ns never lets a task panic escape (run_job catches it); the guard here
+            // keeps the reaper alive even if our own code had a bug.
+            return Some(catch_unwind(AssertUnwindSafe(|| self.advance_to_ns(now))).unwrap_or(0));
+        }
+        // The alarm's reading before the clock's reading in `sleep_for`: the sleep computed
+        // from the second counts from the first (never later than it should). Taken only on
+        // the way to sleep, not on each advance.
+        let stamp = self.parker.stamp();
+        let timeout = match next {
+            // Callers that run anyway may advance the wheel for us once `x` has passed
+            // (`advance_if_due`); our own alarm is the fallback, `grace` later, and each of their
+            // advances moves it past the next bucket (`rearm`).
+            Some(x) if self.grace_ns > 0 => {
+                self.help_at_ns.store(
+                    x.saturating_add(crate::parker::HELP_MARGIN_NS),
+                    Ordering::Release,
+                );
+                self.clock.sleep_for(x.saturating_add(self.grace_ns))
+            }
+            Some(x) => self.clock.sleep_for(x),
+            None => {
+                // Nothing queued: no help wanted (a stale time would make the next caller
+                // claim an empty advance) until an add queues a bucket and unparks us.
+                if self.grace_ns > 0 {
+                    self.help_at_ns.store(u64::MAX, Ordering::Release);
+                }
+                None
+            }
+        };
+        // Counted only after a real sleep: a pending unpark (a bucket queued while it advanced)
+        // or a zero timeout returns at once, which is no wake-up.
+        if self.parker.park_reaper(stamp, timeout) {
+            self.stats.wakeups.fetch_add(1, Ordering::Relaxed);
+        }
+        Some(0)
+    }
+
     /// The rest of [`SystemTimer::shutdown`], once `stopping` is set: joins the reaper, closes
     /// the wheel, waits for advances in flight, closes the dispatch, joins the executors, and
     /// returns every task that neither ran nor was cancelled.
@@ -1389,8 +1446,10 @@ impl<T: TimerTask> Inner<T> {
         &self,
         #[cfg(not(loom))] mut threads: crate::reaper::Threads,
     ) -> Vec<T> {
+        // Step 1: wake the reaper (it sees `stopping` and returns) and join it.
+        self.parker.unpark();
         #[cfg(not(loom))]
-        threads.stop_reaper(self);
+        threads.join_reaper();
         let mut out = Vec::new();
         self.close_wheel(&mut out);
         self.wait_idle();

@@ -796,3 +796,80 @@ fn a_running_task_cancels_another_racing_a_cancel() {
         }
     });
 }
+
+/// The reaper's sleep/wake handshake (`parker.rs`) with an add. The clock is at 5 ms but the
+/// wheel was never advanced, so a task with deadline 3 ms goes into a bucket that is due
+/// already, and the add unparks the reaper (the bucket is the earliest). The reaper's turn
+/// (`reaper_step`, the body of its loop) either finds the bucket at its look and runs the task,
+/// or finds nothing queued and sleeps with no timeout: the add's unpark must then end that sleep
+/// (an unpark between the look and the sleep leaves the permit, which makes the sleep return at
+/// once), and the next turn runs the task. A lost wake-up leaves the reaper asleep for ever,
+/// which loom reports as a deadlock.
+#[test]
+fn add_wakes_the_sleeping_reaper() {
+    model(&["found at its look", "woken by the add"], || {
+        let clock = ManualClock::new(0);
+        let log = new_log();
+        let timer = Arc::new(timer(&clock, 4));
+        set_clock(&clock, 5);
+
+        let reaper = {
+            let timer = Arc::clone(&timer);
+            thread::spawn(move || {
+                if timer.reaper_step() == Some(1) {
+                    return "found at its look";
+                }
+                assert_eq!(timer.reaper_step(), Some(1), "woken: the next turn runs it");
+                "woken by the add"
+            })
+        };
+        let h = timer.add_at(3 * MS, probe(1, &clock, &log)).unwrap();
+        let outcome = reaper.join().unwrap();
+
+        assert_eq!(runs(&log), [Run { id: 1, now_ms: 5 }]);
+        assert_handle(&h, true, false, false);
+        assert_eq!(timer.len(), 0);
+        timer.check_invariants();
+        outcome
+    });
+}
+
+/// The reaper's shutdown handshake: the reaper runs its loop (`reaper_step` until it returns
+/// `None`) with nothing queued, so it sleeps with no timeout, while `shutdown` sets `stopping`
+/// and wakes it. The reaper either sees `stopping` at its first look, or sleeps (or is about to)
+/// and the shutdown's unpark ends that sleep, and its next turn sees `stopping`. A lost wake-up
+/// leaves the reaper asleep for ever (a real shutdown would then wait for ever to join it),
+/// which loom reports as a deadlock.
+#[test]
+fn shutdown_wakes_the_sleeping_reaper() {
+    model(
+        &["stopped at its first look", "woken by the shutdown"],
+        || {
+            let clock = ManualClock::new(0);
+            let timer = Arc::new(timer(&clock, 4));
+
+            let reaper = {
+                let timer = Arc::clone(&timer);
+                thread::spawn(move || {
+                    let mut turns = 0;
+                    while timer.reaper_step().is_some() {
+                        turns += 1;
+                    }
+                    turns
+                })
+            };
+            let returned = timer.shutdown();
+            let turns = reaper.join().unwrap();
+
+            assert!(returned.is_empty(), "nothing was scheduled: {returned:?}");
+            assert!(timer.is_shutdown());
+            assert_eq!(timer.reaper_step(), None, "stopped for good");
+            timer.check_invariants();
+            if turns == 0 {
+                "stopped at its first look"
+            } else {
+                "woken by the shutdown"
+            }
+        },
+    );
+}
