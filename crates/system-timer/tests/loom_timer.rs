@@ -873,3 +873,45 @@ fn shutdown_wakes_the_sleeping_reaper() {
         },
     );
 }
+
+/// Two shutdowns race (an explicit one and the drop of a last reference, say). The timer holds
+/// a task in the wheel (not due) and one that was due when added (waiting in the inline ready
+/// list). The call that sets `stopping` first (a swap) does the whole shutdown and hands both
+/// back; the other returns nothing. Each task comes back exactly once, and both from the same
+/// call: a shutdown that split the `stopping` swap into a load and a store would let both calls
+/// run the shutdown, one closing the wheel and the other the ready list.
+#[test]
+fn concurrent_shutdowns_hand_back_once() {
+    model(&["main's shutdown", "thread's shutdown"], || {
+        let clock = ManualClock::new(0);
+        let log = new_log();
+        let timer = Arc::new(timer(&clock, 4));
+        let ready = timer.add(Duration::ZERO, probe(1, &clock, &log)).unwrap();
+        let pending = timer.add(2 * MS, probe(2, &clock, &log)).unwrap();
+
+        let other = {
+            let timer = Arc::clone(&timer);
+            thread::spawn(move || ids(&timer.shutdown()))
+        };
+        let mine = ids(&timer.shutdown());
+        let theirs = other.join().unwrap();
+
+        assert!(
+            mine.is_empty() || theirs.is_empty(),
+            "both shutdowns handed tasks back: main {mine:?}, thread {theirs:?}"
+        );
+        let mut all = [mine.as_slice(), theirs.as_slice()].concat();
+        all.sort_unstable();
+        assert_eq!(all, [1, 2], "main {mine:?}, thread {theirs:?}");
+        assert!(runs(&log).is_empty());
+        assert_handle(&pending, false, false, true);
+        assert!(ready.is_fired() && !ready.is_pending() && !ready.cancel());
+        assert_eq!(timer.len(), 0);
+        timer.check_invariants();
+        if mine.is_empty() {
+            "thread's shutdown"
+        } else {
+            "main's shutdown"
+        }
+    });
+}
