@@ -8,7 +8,10 @@
 //! ```
 //!
 //! Every timer is built with `.reaper(false).inline()` on a `ManualClock` and driven by explicit
-//! `advance_to` calls, so a task runs inline on the thread that advanced the timer. Every task is
+//! `advance_to` calls, or, in the models of the reaper's sleep/wake handshake, by a thread that
+//! plays the reaper with `reaper_step` (one turn of the reaper thread's loop: the same code, its
+//! sleep on the modelled `Parker`); either way a task runs inline on the thread that advanced
+//! the timer. Every task is
 //! a [`Probe`] holding loom `Arc`s (the clock and the run log), so a task the timer leaks fails
 //! the model as "Arc leaked."; each task that runs appends a [`Run`] to the log (under a loom
 //! mutex, so the log's order is the order in which the tasks really ran), and the models account
