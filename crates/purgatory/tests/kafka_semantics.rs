@@ -18,6 +18,8 @@ const LONG: Duration = Duration::from_secs(3600);
 struct Op {
     ready: Arc<AtomicBool>,
     expired_on: Arc<Mutex<Option<String>>>,
+    /// Panics in `on_expiration` (after recording the thread).
+    panic_on_expiry: bool,
 }
 
 impl Op {
@@ -25,6 +27,7 @@ impl Op {
         Op {
             ready: Arc::default(),
             expired_on: Arc::default(),
+            panic_on_expiry: false,
         }
     }
 }
@@ -37,6 +40,10 @@ impl DelayedOperation for Op {
     fn on_expiration(&mut self) {
         let name = std::thread::current().name().unwrap_or("").to_owned();
         *self.expired_on.lock().unwrap() = Some(name);
+        assert!(
+            !self.panic_on_expiry,
+            "on_expiration panics (as the test asks)"
+        );
     }
 }
 
@@ -213,4 +220,60 @@ fn the_own_reaper_is_named_after_the_purgatory_and_joined_when_it_is_dropped() {
     drop(p);
     // A joined thread's /proc entry may linger a moment; one that outlived the purgatory stays.
     wait_until("the reaper is joined", || threads_named("pgjoin-") == 0);
+}
+
+/// §7 item 9 ("task panics must not kill the timer, and the reaper loop must survive errors;
+/// Kafka's does not") and §6's structural limit "a reaper that dies on a throwable stops all
+/// expiry silently", through the purgatory: by default its own reaper runs the expiries itself
+/// (no expiry threads), so an operation whose `on_expiration` panics panics on the reaper. The
+/// panic is caught and counted, the operation counts as completed and expired once, and later
+/// operations still expire, on the same reaper.
+///
+/// Catches: a task run without catching its panic (the reaper thread dies: the second
+/// operation never expires).
+#[test]
+fn an_expiry_that_panics_on_the_own_reaper_does_not_stop_later_expiries() {
+    let clock = ManualClock::new(0);
+    let p: Purgatory<&'static str, Op> = Purgatory::builder()
+        .name("pgpanic")
+        .clock(clock.clone())
+        .build();
+    let faulty = Op {
+        panic_on_expiry: true,
+        ..Op::new()
+    };
+    let faulty_on = faulty.expired_on.clone();
+    let a = p.try_complete_else_watch(faulty, 5 * MS, &["k"]).unwrap();
+    let later = Op::new();
+    let later_on = later.expired_on.clone();
+    let b = p.try_complete_else_watch(later, 10 * MS, &["k"]).unwrap();
+    clock.advance(5 * MS);
+    wait_until("the panicking expiry", || {
+        faulty_on.lock().unwrap().is_some()
+    });
+    assert!(a.handle.is_completed() && !b.handle.is_completed());
+    assert_eq!(faulty_on.lock().unwrap().as_deref(), Some("pgpanic-reaper"));
+    clock.advance(5 * MS);
+    let t0 = Instant::now();
+    while later_on.lock().unwrap().is_none() {
+        if t0.elapsed() > Duration::from_secs(20) {
+            // A dead reaper leaves the timer mid-advance: its shutdown (the purgatory's drop)
+            // would wait for ever. Leak it, so that the test fails instead of hanging.
+            std::mem::forget(p);
+            panic!("the later operation never expired: the reaper died with the panic");
+        }
+        std::thread::sleep(MS);
+    }
+    assert_eq!(later_on.lock().unwrap().as_deref(), Some("pgpanic-reaper"));
+    assert!(b.handle.is_completed());
+    let st = p.stats();
+    assert_eq!((st.completed, st.expired, st.delayed), (2, 2, 0));
+    let panicked = p.timer().stats().panicked;
+    if panicked != 1 {
+        // An uncaught task panic that something further out stopped (the reaper's own guard)
+        // leaves the advance it escaped from unfinished: the shutdown would wait for ever.
+        std::mem::forget(p);
+        panic!("the expiry's panic was not caught and counted (panicked = {panicked})");
+    }
+    p.check_invariants();
 }
