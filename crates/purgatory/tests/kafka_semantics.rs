@@ -277,3 +277,34 @@ fn an_expiry_that_panics_on_the_own_reaper_does_not_stop_later_expiries() {
     }
     p.check_invariants();
 }
+
+/// §6 structural limit / §7 item 5 ("`Long.MAX_VALUE` delays overflow and fire at once"; Netty
+/// #7760, Akka #867): an operation given `Duration::MAX` as its timeout, added when the clock
+/// is well past zero (so `now + timeout` overflows), saturates to "never": it stays delayed
+/// however far the clock moves and completes only by a check, never by expiry.
+///
+/// Catches: a deadline that overflows to a past time (Kafka's `delayMs + now` wrapping
+/// negative), which expires the operation at the first advance.
+#[test]
+fn a_duration_max_timeout_never_expires() {
+    let clock = ManualClock::new(1_000);
+    let p: Purgatory<&'static str, Op> = Purgatory::builder()
+        .clock(clock.clone())
+        .reaper(false)
+        .build();
+    let op = Op::new();
+    let (ready, expired_on) = (op.ready.clone(), op.expired_on.clone());
+    let w = p
+        .try_complete_else_watch(op, Duration::MAX, &["k"])
+        .unwrap();
+    p.advance();
+    clock.advance(Duration::from_secs(365 * 24 * 3600));
+    p.advance();
+    assert!(!w.handle.is_completed(), "a Duration::MAX timeout expired");
+    assert_eq!((p.delayed(), p.stats().expired), (1, 0));
+    ready.store(true, SeqCst);
+    assert_eq!(p.check_and_complete(&"k"), 1);
+    assert!(expired_on.lock().unwrap().is_none());
+    assert_eq!(p.delayed(), 0);
+    p.check_invariants();
+}
