@@ -982,7 +982,7 @@ mod tests {
         let worst_late_ns =
             fast::MAX_AGE_NS as f64 * (1.0 - 1.0 / worst_ratio) + fast::SLACK_NS as f64;
         assert!(
-            worst_late_ns < crate::reaper::HELP_MARGIN_NS as f64,
+            worst_late_ns < crate::parker::HELP_MARGIN_NS as f64,
             "{worst_late_ns}"
         );
     }

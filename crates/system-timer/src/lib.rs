@@ -85,6 +85,9 @@ pub use error::{BuildError, ScheduleError};
 pub use handle::{TimerHandle, TimerKey};
 pub use stats::{Lateness, TimerStats};
 pub use task::{SharedTask, Task, TimerTask};
+#[cfg(loom)]
+#[doc(hidden)]
+pub use timer::SleepingReaper;
 pub use timer::{Builder, SystemTimer, MAX_EXECUTOR_THREADS};
 
 /// What `#[must_use]` guards, checked: each `compile_fail` case is the example before it with

@@ -1,7 +1,9 @@
 //! The reaper's [`Parker`]: the sleep/wake handshake between the reaper (and `advance_clock`
 //! callers) and the threads that wake it (an add that queued the earliest bucket, a task due at
-//! add time in inline mode, a shutdown, a moved manual clock). Compiled under loom too (without
-//! the alarm), so that models can check the handshake: see `tests/loom_timer.rs`.
+//! add time in inline mode, a shutdown, a moved manual clock). Compiled under loom too, so that
+//! models can check the handshake (see `tests/loom_timer.rs`): there the timerfd is replaced by
+//! the alarm's recorded state (`alarm_at`), which `rearm` moves and `unpark` fires, and on which
+//! the reaper sleeps.
 
 use std::time::Duration;
 
@@ -32,7 +34,25 @@ pub(crate) struct Parker {
     /// wheel move the reaper's wake-up later without waking it.
     #[cfg(all(target_os = "linux", not(loom)))]
     alarm: Option<crate::alarm::Alarm>,
+    /// Under loom, the alarm as the parker would set it (there is no timerfd): read and written
+    /// under `notified`'s mutex only, as the alarm is. [`ALARM_FIRED`] (`unpark`), a deadline on
+    /// the timer's clock in ns (the reaper's sleep, or a `rearm`), or [`ALARM_NEVER`] (until
+    /// unparked). The reaper's `park_reaper` sleeps until it fires, as on the timerfd: a `rearm`
+    /// that moved it after an `unpark` fired it keeps the reaper asleep. See
+    /// [`sleeping_reaper`](Self::sleeping_reaper).
+    #[cfg(loom)]
+    alarm_at: AtomicU64,
+    /// Under loom: the reaper sleeps in `park_reaper` (under `notified`'s mutex, as `alarm_at`).
+    #[cfg(loom)]
+    asleep: crate::sync::atomic::AtomicBool,
 }
+
+/// Under loom: `Parker::alarm_at` once an `unpark` fired the alarm.
+#[cfg(loom)]
+pub(crate) const ALARM_FIRED: u64 = 0;
+/// Under loom: `Parker::alarm_at` of an alarm that fires only when unparked.
+#[cfg(loom)]
+pub(crate) const ALARM_NEVER: u64 = u64::MAX;
 
 impl Parker {
     /// A parker; with `alarm` (and on Linux), the reaper sleeps on a timerfd that
@@ -50,6 +70,10 @@ impl Parker {
             } else {
                 None
             },
+            #[cfg(loom)]
+            alarm_at: AtomicU64::new(ALARM_NEVER),
+            #[cfg(loom)]
+            asleep: crate::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -92,8 +116,10 @@ impl Parker {
     pub(crate) fn stamp(&self) -> Stamp {
         #[cfg(all(target_os = "linux", not(loom)))]
         return Stamp(self.alarm.as_ref().map(|_| crate::alarm::Stamp::now()));
-        #[cfg(not(all(target_os = "linux", not(loom))))]
-        Stamp(())
+        #[cfg(all(not(target_os = "linux"), not(loom)))]
+        return Stamp(());
+        #[cfg(loom)]
+        Stamp(None)
     }
 
     /// The reaper's sleep: [`park`](Self::park), but on the alarm when there is one, so that
@@ -120,8 +146,48 @@ impl Parker {
             *self.notified.lock() = false;
             return true;
         }
-        let _ = stamp;
-        self.park(timeout)
+        #[cfg(loom)]
+        {
+            // The alarm's path above, with `alarm_at` for the timerfd: set under the mutex after
+            // seeing no permit, then a sleep until it fires (an `unpark`; loom has no time).
+            let mut n = self.notified.lock();
+            if *n || timeout.is_some_and(|d| d.is_zero()) {
+                *n = false;
+                return false;
+            }
+            self.alarm_at
+                .store(stamp.0.unwrap_or(ALARM_NEVER), Ordering::Relaxed);
+            self.asleep.store(true, Ordering::Relaxed);
+            self.cv.notify_all(); // a model waiting in `sleeping_reaper`
+            while self.alarm_at.load(Ordering::Relaxed) != ALARM_FIRED {
+                n = self.cv.wait(n);
+            }
+            self.asleep.store(false, Ordering::Relaxed);
+            *n = false;
+            return true;
+        }
+        #[cfg(not(loom))]
+        {
+            let _ = stamp;
+            self.park(timeout)
+        }
+    }
+
+    /// Under loom, for models: waits until the reaper sleeps in `park_reaper`, and returns its
+    /// alarm: `Some(deadline)` (ns on the timer's clock) or `None` (until unparked). Never
+    /// "fired": a fired alarm wakes the reaper, so this waits for its next sleep.
+    #[cfg(loom)]
+    pub(crate) fn sleeping_reaper(&self) -> Option<u64> {
+        let mut n = self.notified.lock();
+        // Asleep on a fired alarm: woken, about to run (and, once it sleeps again, notify).
+        while !self.asleep.load(Ordering::Relaxed)
+            || self.alarm_at.load(Ordering::Relaxed) == ALARM_FIRED
+        {
+            n = self.cv.wait(n);
+        }
+        let at = self.alarm_at.load(Ordering::Relaxed);
+        drop(n);
+        (at != ALARM_NEVER).then_some(at)
     }
 
     /// Grants the permit, bumps the epoch and wakes **every** sleeper on the condvar (the
@@ -136,6 +202,8 @@ impl Parker {
         if let Some(alarm) = &self.alarm {
             alarm.fire();
         }
+        #[cfg(loom)]
+        self.alarm_at.store(ALARM_FIRED, Ordering::Relaxed);
     }
 
     /// The count of unparks so far: read it before reading the wheel for a [`rearm`](Self::rearm).
@@ -165,18 +233,36 @@ impl Parker {
         if let (Some(alarm), Some(stamp)) = (&self.alarm, stamp.0) {
             alarm.set(stamp, timeout);
         }
-        #[cfg(not(all(target_os = "linux", not(loom))))]
+        #[cfg(all(not(target_os = "linux"), not(loom)))]
         let _ = (stamp, timeout);
+        #[cfg(loom)]
+        {
+            let _ = timeout;
+            self.alarm_at
+                .store(stamp.0.unwrap_or(ALARM_NEVER), Ordering::Relaxed);
+        }
         drop(n);
     }
 }
 
-/// A [`Parker::stamp`]: a reading of the alarm's clock, or nothing without an alarm.
+/// A [`Parker::stamp`]: a reading of the alarm's clock, or nothing without an alarm. Under
+/// loom, the deadline (ns on the timer's clock, `None`: until unparked) the sleep or rearm it
+/// goes with is for: see [`Stamp::at`].
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Stamp(
     #[cfg(all(target_os = "linux", not(loom)))] Option<crate::alarm::Stamp>,
-    #[cfg(not(all(target_os = "linux", not(loom))))] (),
+    #[cfg(all(not(target_os = "linux"), not(loom)))] (),
+    #[cfg(loom)] Option<u64>,
 );
+
+#[cfg(loom)]
+impl Stamp {
+    /// Under loom: this stamp, for a sleep (or a rearm) until `deadline` on the timer's clock
+    /// (`None`: until unparked), which the parker records as its alarm.
+    pub(crate) fn at(self, deadline: Option<u64>) -> Self {
+        Stamp(deadline)
+    }
+}
 
 /// How long after a bucket's expiration callers start advancing the wheel for the reaper: a
 /// caller compares its cheap clock reading (`Clock::deadline_base_ns`, at most a few

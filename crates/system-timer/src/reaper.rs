@@ -34,7 +34,6 @@ use crate::sync::{Arc, Condvar, Mutex, Weak};
 #[allow(unused_imports)] // the module docs' link
 use crate::parker::Parker;
 
-pub(crate) use crate::parker::HELP_MARGIN_NS;
 use crate::task::TimerTask;
 use crate::timer::{Dispatch, Inner, Job};
 

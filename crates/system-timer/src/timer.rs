@@ -98,7 +98,7 @@ pub(crate) struct Inner<T> {
     /// waiting, and no nudges). See [`Builder::reaper_grace`].
     pub(crate) grace_ns: u64,
     /// With a grace: the time (ns) from which a caller of `advance_if_due` should advance the
-    /// wheel for the reaper (the earliest bucket's expiration plus `reaper::HELP_MARGIN_NS`);
+    /// wheel for the reaper (the earliest bucket's expiration plus `parker::HELP_MARGIN_NS`);
     /// `u64::MAX` while no help is wanted. Published by the reaper before it sleeps and by each
     /// helper after its advance; a caller claims it with a compare-and-swap to `u64::MAX`, so one
     /// caller advances per publication.
@@ -769,10 +769,7 @@ impl<T: TimerTask> SystemTimer<T> {
     /// ```
     #[inline]
     pub fn advance_if_due(&self) -> usize {
-        #[cfg(not(loom))]
-        return self.inner.help(|| self.inner.clock.deadline_base_ns());
-        #[cfg(loom)]
-        0
+        self.inner.help(|| self.inner.clock.deadline_base_ns())
     }
 
     /// [`advance_if_due`](Self::advance_if_due), judged against `now`: a reading of this
@@ -783,13 +780,7 @@ impl<T: TimerTask> SystemTimer<T> {
     /// claims the help and advances for nothing: pass real readings.
     #[inline]
     pub fn advance_if_due_at(&self, now: Duration) -> usize {
-        #[cfg(not(loom))]
-        return self.inner.help(|| crate::clock::duration_ns(now));
-        #[cfg(loom)]
-        {
-            let _ = now;
-            0
-        }
+        self.inner.help(|| crate::clock::duration_ns(now))
     }
 
     /// [`advance`](Self::advance) to an explicit time in ms on the timer's clock, for callers
@@ -990,6 +981,33 @@ impl<T: TimerTask> SystemTimer<T> {
     pub fn reaper_step(&self) -> Option<usize> {
         self.inner.reaper_step()
     }
+
+    /// For loom models only: waits until a thread running [`reaper_step`](Self::reaper_step)
+    /// sleeps (it must be about to: loom reports a deadlock otherwise), and returns what it
+    /// sleeps for: the time its alarm is set to (the timerfd's, with a grace; `None`: until
+    /// woken) and the time published for callers of `advance_if_due` (`help_at_ns`; `None`: no
+    /// help wanted). Read under the parker's mutex, while the reaper sleeps on it.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn sleeping_reaper(&self) -> SleepingReaper {
+        let alarm = self.inner.parker.sleeping_reaper();
+        let help_at = self.inner.help_at_ns.load(Ordering::Acquire);
+        SleepingReaper {
+            alarm: alarm.map(Duration::from_nanos),
+            help_at: (help_at != u64::MAX).then(|| Duration::from_nanos(help_at)),
+        }
+    }
+}
+
+/// For loom models only: what a sleeping reaper waits for ([`SystemTimer::sleeping_reaper`]).
+#[cfg(loom)]
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SleepingReaper {
+    /// When its alarm fires (on the timer's clock); `None`: only when woken.
+    pub alarm: Option<Duration>,
+    /// From when callers of `advance_if_due` advance for it; `None`: no help wanted.
+    pub help_at: Option<Duration>,
 }
 
 impl<T: TimerTask> Drop for SystemTimer<T> {
@@ -1134,7 +1152,6 @@ impl<T: TimerTask> Inner<T> {
     /// past a bucket that is due by now (see `help_at_ns`). One relaxed load when it does not
     /// (the line is written once per tick, so it stays shared in the callers' caches), a cheap
     /// clock reading when it does: `now` gives it, called only once help is wanted.
-    #[cfg(not(loom))]
     #[inline]
     pub(crate) fn help(&self, now: impl FnOnce() -> u64) -> usize {
         let at = self.help_at_ns.load(Ordering::Relaxed);
@@ -1144,7 +1161,6 @@ impl<T: TimerTask> Inner<T> {
         self.help_claimed(at)
     }
 
-    #[cfg(not(loom))]
     #[cold]
     fn help_claimed(&self, at: u64) -> usize {
         if self
@@ -1169,10 +1185,12 @@ impl<T: TimerTask> Inner<T> {
             // before it gets the parker's lock.
             let stamp = self.parker.stamp();
             let timeout = next.and_then(|x| self.clock.sleep_for(x.saturating_add(self.grace_ns)));
+            #[cfg(loom)]
+            let stamp = stamp.at(next.map(|x| x.saturating_add(self.grace_ns)));
             self.parker.rearm(epoch, stamp, timeout, || {
                 if let Some(x) = next {
                     self.help_at_ns.store(
-                        x.saturating_add(crate::reaper::HELP_MARGIN_NS),
+                        x.saturating_add(crate::parker::HELP_MARGIN_NS),
                         Ordering::Release,
                     );
                 }
@@ -1431,6 +1449,14 @@ impl<T: TimerTask> Inner<T> {
                 None
             }
         };
+        #[cfg(loom)]
+        let stamp = stamp.at(next.map(|x| {
+            if self.grace_ns > 0 {
+                x.saturating_add(self.grace_ns)
+            } else {
+                x
+            }
+        }));
         // Counted only after a real sleep: a pending unpark (a bucket queued while it advanced)
         // or a zero timeout returns at once, which is no wake-up.
         if self.parker.park_reaper(stamp, timeout) {
@@ -1581,7 +1607,7 @@ pub(crate) mod tests {
     fn a_caller_helps_from_the_published_time_on_inclusive() {
         let clock = ManualClock::new(0);
         let timer = inline_manual(&clock);
-        let at = 5_000_000 + crate::reaper::HELP_MARGIN_NS;
+        let at = 5_000_000 + crate::parker::HELP_MARGIN_NS;
         // Published by hand: this timer has no reaper to do it.
         timer.inner.help_at_ns.store(at, SeqCst);
         assert_eq!(timer.advance_if_due_at(Duration::from_nanos(at - 1)), 0);
@@ -1615,7 +1641,7 @@ pub(crate) mod tests {
             })
             .unwrap();
         let help_at = || timer.inner.help_at_ns.load(SeqCst);
-        let published = 5_000_000 + crate::reaper::HELP_MARGIN_NS;
+        let published = 5_000_000 + crate::parker::HELP_MARGIN_NS;
         let t0 = std::time::Instant::now();
         while help_at() != published {
             assert!(

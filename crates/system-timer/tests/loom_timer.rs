@@ -11,7 +11,9 @@
 //! `advance_to` calls, or, in the models of the reaper's sleep/wake handshake, by a thread that
 //! plays the reaper with `reaper_step` (one turn of the reaper thread's loop: the same code, its
 //! sleep on the modelled `Parker`); either way a task runs inline on the thread that advanced
-//! the timer. Every task is
+//! the timer. The models of the grace path (a timer with a reaper grace, whose reaper publishes
+//! help for callers of `advance_if_due` and sleeps on an alarm that their advances move) read
+//! the alarm as the parker records it under loom (`sleeping_reaper`). Every task is
 //! a [`Probe`] holding loom `Arc`s (the clock and the run log), so a task the timer leaks fails
 //! the model as "Arc leaked."; each task that runs appends a [`Run`] to the log (under a loom
 //! mutex, so the log's order is the order in which the tasks really ran), and the models account
@@ -917,4 +919,143 @@ fn concurrent_shutdowns_hand_back_once() {
             "main's shutdown"
         }
     });
+}
+
+// ===== The grace path: callers of `advance_if_due` advance for a sleeping reaper =====
+
+/// The grace of [`grace_timer`]: the reaper's alarm is set this long past the earliest bucket.
+const GRACE: Duration = Duration::from_millis(2);
+
+/// How long past a bucket's expiration its help is published (the crate's `HELP_MARGIN_NS`).
+const HELP_MARGIN: Duration = Duration::from_micros(25);
+
+/// [`timer`] with a reaper grace of [`GRACE`] (wheel size 8): a thread playing the reaper with
+/// `reaper_step` publishes the earliest bucket's time for callers of `advance_if_due`
+/// (`help_at_ns`) and sleeps on its alarm until `GRACE` past it (under loom, the parker records
+/// the alarm instead of arming a timerfd, and the reaper sleeps until an `unpark` fires it).
+fn grace_timer(clock: &ManualClock) -> SystemTimer<Probe> {
+    Builder::<Probe>::new()
+        .tick(MS)
+        .wheel_size(8)
+        .clock(clock.clone())
+        .shards(1)
+        .reaper(false)
+        .reaper_grace(GRACE)
+        .inline()
+        .build()
+}
+
+/// The reaper sleeps for nothing later than the earliest queued bucket (or a task waiting in
+/// the inline ready list: `next_expiration` is then the clock's time) plus the grace, and
+/// publishes that bucket's time for helpers, not later (nor an earlier time, already due, that
+/// would make the next caller of `advance_if_due` claim an empty advance).
+fn assert_sleeps_for_the_earliest(timer: &SystemTimer<Probe>) {
+    let s = timer.sleeping_reaper();
+    let next = timer.next_expiration().expect("a bucket is queued");
+    let alarm = s.alarm.expect("a bucket is queued: the alarm is set");
+    assert!(
+        alarm <= next + GRACE,
+        "the reaper sleeps through the bucket at {next:?}: alarm at {alarm:?}"
+    );
+    let help_at = s.help_at.expect("a bucket is queued: help is wanted");
+    assert!(
+        help_at <= next + HELP_MARGIN,
+        "help for the bucket at {next:?} published for {help_at:?}"
+    );
+    assert!(
+        help_at > timer.now(),
+        "a due help time is published ({help_at:?} at {:?}): the next caller claims an empty advance",
+        timer.now()
+    );
+}
+
+/// Sets up a reaper asleep on its alarm: tasks 1 (deadline 1 ms) and 2 (6 ms) queued at 0 ms,
+/// the reaper (a spawned thread running `reaper_step` until shutdown) sleeps until 1 ms + grace
+/// with help published from 1 ms + margin; then the clock moves to 2 ms without waking it (the
+/// system clock does not wake the reaper; under loom the manual clock does not either). Returns
+/// the reaper thread (it returns how many tasks it ran) and the two handles.
+fn reaper_asleep_past_a_due_bucket(
+    clock: &ManualClock,
+    log: &Log,
+    timer: &Arc<SystemTimer<Probe>>,
+) -> (
+    thread::JoinHandle<usize>,
+    TimerHandle<Probe>,
+    TimerHandle<Probe>,
+) {
+    let a = timer.add_at(MS, probe(1, clock, log)).unwrap();
+    let b = timer.add_at(6 * MS, probe(2, clock, log)).unwrap();
+    let reaper = {
+        let timer = Arc::clone(timer);
+        thread::spawn(move || {
+            let mut ran = 0;
+            while let Some(n) = timer.reaper_step() {
+                ran += n;
+            }
+            ran
+        })
+    };
+    let s = timer.sleeping_reaper();
+    assert_eq!(s.alarm, Some(MS + GRACE), "{s:?}");
+    assert_eq!(s.help_at, Some(MS + HELP_MARGIN), "{s:?}");
+    set_clock(clock, 2);
+    (reaper, a, b)
+}
+
+/// An add that queues a bucket earlier than every other races a helper's advance and rearm. The
+/// reaper sleeps until 1 ms + grace, help published from 1 ms; at 2 ms a caller of
+/// `advance_if_due` claims it, advances (running task 1), reads the next bucket (6 ms) and moves
+/// the reaper's alarm to 6 ms + grace, while main adds task 3 at 3 ms. If the add lands after
+/// the helper's advance, its bucket is the earliest and the add unparks the reaper, which
+/// publishes and sets its alarm from a fresh reading; a rearm from the helper's older reading
+/// must then not move them past 3 ms (`Parker::rearm`'s epoch check). Once all is quiet and the
+/// reaper sleeps, its alarm is at most 3 ms + grace and help is published from at most 3 ms +
+/// margin: task 3 is never slept through.
+///
+/// Catches: the epoch check removed from `rearm`; the helper's epoch read moved after its
+/// reading of the wheel; the helper's publication of `help_at_ns` moved out of `rearm` (after
+/// it, unconditionally).
+#[test]
+fn an_earlier_bucket_added_races_a_helpers_rearm() {
+    model(
+        &["added before the helper's advance", "unparked the reaper"],
+        || {
+            let clock = ManualClock::new(0);
+            let log = new_log();
+            let timer = Arc::new(grace_timer(&clock));
+            let (reaper, a, b) = reaper_asleep_past_a_due_bucket(&clock, &log, &timer);
+
+            let helper = {
+                let timer = Arc::clone(&timer);
+                thread::spawn(move || timer.advance_if_due())
+            };
+            let c = timer.add_at(3 * MS, probe(3, &clock, &log)).unwrap();
+            assert_eq!(
+                helper.join().unwrap(),
+                1,
+                "the helper claims and runs task 1"
+            );
+
+            assert_sleeps_for_the_earliest(&timer);
+            assert_eq!(timer.next_expiration(), Some(3 * MS));
+            let stats = timer.stats();
+            assert_eq!(stats.caller_advances, 1);
+            let outcome = if stats.reaper_wakeups == 0 {
+                "added before the helper's advance"
+            } else {
+                "unparked the reaper"
+            };
+
+            let mut returned = ids(&timer.shutdown());
+            returned.sort_unstable();
+            assert_eq!(returned, [2, 3]);
+            assert_eq!(reaper.join().unwrap(), 0, "the helper ran task 1");
+            assert_eq!(runs(&log), [Run { id: 1, now_ms: 2 }]);
+            assert_handle(&a, true, false, false);
+            assert_handle(&b, false, false, true);
+            assert_handle(&c, false, false, true);
+            timer.check_invariants();
+            outcome
+        },
+    );
 }
