@@ -1059,3 +1059,56 @@ fn an_earlier_bucket_added_races_a_helpers_rearm() {
         },
     );
 }
+
+/// An add of a task already due (deadline 2 ms, the clock's time) races a helper's advance and
+/// rearm. The reaper sleeps until 1 ms + grace; at 2 ms a caller of `advance_if_due` claims the
+/// help, advances (running task 1), reads the next bucket (6 ms) and moves the alarm to 6 ms +
+/// grace. If the add lands before that advance, the task goes into the 2 ms bucket and the
+/// helper runs it too; after it, the wheel refuses it (its time has passed) and it waits in the
+/// inline ready list, and the add unparks the reaper to run it. That `unpark` leaves nothing in
+/// the wheel for the helper's reading to see: a rearm after it, while its permit is pending,
+/// would move the alarm the `unpark` fired back to 6 ms + grace and the reaper would sleep with
+/// the task waiting (`Parker::rearm`'s permit check). Once all is quiet and the reaper sleeps,
+/// both tasks have run, each once, and the reaper sleeps for the 6 ms bucket.
+///
+/// Catches: the pending-permit check (`*n`) removed from `rearm`.
+#[test]
+fn a_due_add_races_a_helpers_rearm() {
+    model(&["run by the helper", "run by the woken reaper"], || {
+        let clock = ManualClock::new(0);
+        let log = new_log();
+        let timer = Arc::new(grace_timer(&clock));
+        let (reaper, a, b) = reaper_asleep_past_a_due_bucket(&clock, &log, &timer);
+
+        let helper = {
+            let timer = Arc::clone(&timer);
+            thread::spawn(move || timer.advance_if_due())
+        };
+        let d = timer.add(Duration::ZERO, probe(3, &clock, &log)).unwrap();
+        let helped = helper.join().unwrap();
+
+        assert_sleeps_for_the_earliest(&timer);
+        assert_eq!(timer.next_expiration(), Some(6 * MS));
+        let mut ran = runs(&log);
+        ran.sort_unstable_by_key(|r| r.id);
+        assert_eq!(
+            ran,
+            [Run { id: 1, now_ms: 2 }, Run { id: 3, now_ms: 2 }],
+            "every due task ran once before the reaper slept"
+        );
+        assert_eq!(timer.stats().caller_advances, 1);
+
+        assert_eq!(ids(&timer.shutdown()), [2]);
+        let reaped = reaper.join().unwrap();
+        assert_eq!(helped + reaped, 2, "helper {helped}, reaper {reaped}");
+        assert_handle(&a, true, false, false);
+        assert_handle(&b, false, false, true);
+        assert!(d.is_fired() && !d.is_pending() && !d.cancel());
+        timer.check_invariants();
+        if helped == 2 {
+            "run by the helper"
+        } else {
+            "run by the woken reaper"
+        }
+    });
+}
