@@ -1112,3 +1112,63 @@ fn a_due_add_races_a_helpers_rearm() {
         }
     });
 }
+
+/// Sets up help due at 2 ms with no reaper thread: tasks 1 (deadline 1 ms) and 2 (6 ms) queued
+/// at 0 ms, one turn of the reaper on this thread publishes help from 1 ms + margin (the add's
+/// wake-up pending, it does not sleep), then the clock moves to 2 ms. Returns the two handles.
+fn help_due_at_2ms(
+    clock: &ManualClock,
+    log: &Log,
+    timer: &SystemTimer<Probe>,
+) -> (TimerHandle<Probe>, TimerHandle<Probe>) {
+    let a = timer.add_at(MS, probe(1, clock, log)).unwrap();
+    let b = timer.add_at(6 * MS, probe(2, clock, log)).unwrap();
+    assert_eq!(timer.reaper_step(), Some(0), "published, and did not sleep");
+    set_clock(clock, 2);
+    (a, b)
+}
+
+/// Two callers of `advance_if_due` race for one publication of help (the reaper's, for the 1 ms
+/// bucket, due at 2 ms). Exactly one claims it (the compare-and-swap) and advances, running task
+/// 1 once; the other returns 0 without advancing. The winner publishes the next bucket's time
+/// (6 ms + margin): a call at 2 ms finds nothing to claim, and one at 7 ms claims it and runs
+/// task 2, once.
+///
+/// Catches: the claim's compare-and-swap split into a load and a store (both callers advance).
+#[test]
+fn helpers_race_for_one_claim() {
+    model(&["main claimed", "thread claimed"], || {
+        let clock = ManualClock::new(0);
+        let log = new_log();
+        let timer = Arc::new(grace_timer(&clock));
+        let (a, b) = help_due_at_2ms(&clock, &log, &timer);
+
+        let other = {
+            let timer = Arc::clone(&timer);
+            thread::spawn(move || timer.advance_if_due())
+        };
+        let mine = timer.advance_if_due();
+        let theirs = other.join().unwrap();
+
+        assert_eq!(mine + theirs, 1, "main {mine}, thread {theirs}");
+        assert_eq!(timer.stats().caller_advances, 1, "one advance per claim");
+        assert_eq!(runs(&log), [Run { id: 1, now_ms: 2 }]);
+        assert_eq!(timer.advance_if_due(), 0, "no help due before 6 ms");
+        set_clock(&clock, 7);
+        assert_eq!(timer.advance_if_due(), 1, "help for 6 ms was published");
+        assert_eq!(timer.stats().caller_advances, 2);
+        assert_eq!(
+            runs(&log),
+            [Run { id: 1, now_ms: 2 }, Run { id: 2, now_ms: 7 }]
+        );
+        assert_handle(&a, true, false, false);
+        assert_handle(&b, true, false, false);
+        assert_eq!(timer.len(), 0);
+        timer.check_invariants();
+        if mine == 1 {
+            "main claimed"
+        } else {
+            "thread claimed"
+        }
+    });
+}
