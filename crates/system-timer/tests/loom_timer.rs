@@ -1172,3 +1172,55 @@ fn helpers_race_for_one_claim() {
         }
     });
 }
+
+/// A caller of `advance_if_due` races the reaper's own turn (its alarm fired, say) over a due
+/// bucket: help is published for the 1 ms bucket, the clock is at 2 ms, and the reaper (a
+/// thread running `reaper_step` until shutdown) and a helper both advance. Task 1 runs exactly
+/// once, by either; the helper claims at most once. Once all is quiet and the reaper sleeps, it
+/// sleeps for the 6 ms bucket (alarm at most 6 ms + grace, help published from at most 6 ms +
+/// margin and not from a time already due, which the next caller would claim for nothing).
+///
+/// Catches: the helper reading the next bucket before its advance (it republishes help for
+/// the bucket just advanced, already due).
+#[test]
+fn a_helper_races_the_reapers_own_turn() {
+    model(&["the helper ran it", "the reaper ran it"], || {
+        let clock = ManualClock::new(0);
+        let log = new_log();
+        let timer = Arc::new(grace_timer(&clock));
+        let (a, b) = help_due_at_2ms(&clock, &log, &timer);
+
+        let reaper = {
+            let timer = Arc::clone(&timer);
+            thread::spawn(move || {
+                let mut ran = 0;
+                while let Some(n) = timer.reaper_step() {
+                    ran += n;
+                }
+                ran
+            })
+        };
+        let helper = {
+            let timer = Arc::clone(&timer);
+            thread::spawn(move || timer.advance_if_due())
+        };
+        let helped = helper.join().unwrap();
+
+        assert_sleeps_for_the_earliest(&timer);
+        assert_eq!(timer.next_expiration(), Some(6 * MS));
+        assert_eq!(runs(&log), [Run { id: 1, now_ms: 2 }]);
+        assert!(timer.stats().caller_advances <= 1);
+
+        assert_eq!(ids(&timer.shutdown()), [2]);
+        let reaped = reaper.join().unwrap();
+        assert_eq!(helped + reaped, 1, "helper {helped}, reaper {reaped}");
+        assert_handle(&a, true, false, false);
+        assert_handle(&b, false, false, true);
+        timer.check_invariants();
+        if helped == 1 {
+            "the helper ran it"
+        } else {
+            "the reaper ran it"
+        }
+    });
+}
