@@ -3,9 +3,11 @@
 #![cfg(not(loom))]
 
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
-use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+
+mod common;
+use common::with_timeout;
 
 use timing_wheel::{AddError, ConcurrentWheel, EntryHandle, TimingWheel};
 
@@ -66,27 +68,6 @@ fn a_value_holding_its_own_handle_does_not_leak_its_shard() {
     }
     drop(cw);
     assert_eq!(drops.load(SeqCst), 2, "the shards leaked their values");
-}
-
-/// Runs `f` on its own thread and fails if it has not finished within `limit` (a hang guard
-/// only: nothing here relies on how long anything takes).
-fn with_timeout<R: Send + 'static>(limit: Duration, f: impl FnOnce() -> R + Send + 'static) -> R {
-    let (tx, rx) = mpsc::channel();
-    let body = std::thread::Builder::new()
-        .name("test-body".into())
-        .spawn(move || {
-            let r = f();
-            let _ = tx.send(());
-            r
-        })
-        .unwrap();
-    match rx.recv_timeout(limit) {
-        Ok(()) | Err(RecvTimeoutError::Disconnected) => match body.join() {
-            Ok(r) => r,
-            Err(panic) => std::panic::resume_unwind(panic),
-        },
-        Err(RecvTimeoutError::Timeout) => panic!("hung: not finished after {limit:?}"),
-    }
 }
 
 /// Dropping the wheel drops a pending value whose own `Drop` uses a handle of another entry of

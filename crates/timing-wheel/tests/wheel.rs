@@ -4,9 +4,11 @@
 #![cfg(not(loom))]
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::Duration;
+
+mod common;
+use common::with_timeout;
 
 use timing_wheel::{
     AddError, ConcurrentWheel, ConfigError, EntryHandle, TimingWheel, WheelCounts, WheelKey,
@@ -50,27 +52,6 @@ fn due(d: u64, tick: u64) -> u64 {
 /// The last multiple of the tick below `u64::MAX`.
 fn max_due(tick: u64) -> u64 {
     (u64::MAX - 1) - (u64::MAX - 1) % tick
-}
-
-/// Runs `f` on its own thread and fails the test if it has not finished within `limit` (a hang
-/// guard only: no test relies on how long anything takes).
-fn with_timeout<R: Send + 'static>(limit: Duration, f: impl FnOnce() -> R + Send + 'static) -> R {
-    let (tx, rx) = mpsc::channel();
-    let body = std::thread::Builder::new()
-        .name("test-body".into())
-        .spawn(move || {
-            let r = f();
-            let _ = tx.send(());
-            r
-        })
-        .unwrap();
-    match rx.recv_timeout(limit) {
-        Ok(()) | Err(RecvTimeoutError::Disconnected) => match body.join() {
-            Ok(r) => r,
-            Err(panic) => std::panic::resume_unwind(panic),
-        },
-        Err(RecvTimeoutError::Timeout) => panic!("hung: not finished after {limit:?}"),
-    }
 }
 
 /// Per-id drop counters shared with [`Tracked`] payloads.
