@@ -57,10 +57,13 @@ impl Pending for ConcurrentWheel<u64> {
     fn cancel(&mut self, key: &Self::Key) {
         black_box(key.cancel());
     }
+    /// `f` only collects (into the bench's list of due ids, as for the other structures),
+    /// which is what the guard's `advance` allows under its locks. It used to collect into a
+    /// fresh vector per step first and then hand that on: ~4.5 allocations a step (growing to
+    /// ~33 ids) timed for this structure alone (5.5 a step in all, against 0 for
+    /// `TimingWheel` and the heap; the guard's own vector of shard locks is the other one).
     fn advance(&mut self, now: u64, f: &mut dyn FnMut(u64)) {
-        let mut fired = Vec::new();
-        self.lock().advance(now, |e| fired.push(e.value));
-        fired.into_iter().for_each(f);
+        self.lock().advance(now, |e| f(e.value));
     }
 }
 
