@@ -4,7 +4,10 @@
 //! * `add/N`, `cancel/N`: one operation on a structure holding about N pending entries with W1's
 //!   deadline mix (about 33 per ms, like BENCHMARKS.md W5). Adds are timed in chunks of at most
 //!   N/10 and undone untimed between chunks, so N stays put however many iterations criterion
-//!   asks for; cancels likewise.
+//!   asks for; cancels likewise. So a timed cancel removes an entry of the chunk just added
+//!   (at most N/10 adds before it, in add order: its lines and its neighbours' recently
+//!   touched), not an arbitrary one of the N: a recent entry's cancel, not the one W1 and W5
+//!   time (entries added up to N adds before).
 //! * `advance-1ms-step/N`: one 1 ms step at steady state, N entries pending: every entry that
 //!   fires is re-added with a delay uniform in 1..=2R ms (R = N/33 ms, W5's range: mean delay
 //!   about R), so each step does ~33 fires and ~33 adds, from the first step on (the entries are
