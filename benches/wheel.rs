@@ -237,6 +237,15 @@ fn wheel_vs_heap(c: &mut Criterion) {
     }
     bench_advance(c, "advance-1ms-step", "timing-wheel", wheel);
     bench_advance(c, "advance-1ms-step", "concurrent-wheel", concurrent);
+    // The shard count of a 128-CPU machine (twice the parallelism, at most 256): an advance
+    // moves every shard's clock, so its cost grows with the shards.
+    let concurrent_256 = || ConcurrentWheel::<u64>::with_shards(1, 20, 0, 256).expect("config");
+    bench_advance(
+        c,
+        "advance-1ms-step",
+        "concurrent-wheel-256-shards",
+        concurrent_256,
+    );
     bench_advance(c, "advance-1ms-step", "binary-heap", LazyHeap::default);
 }
 
