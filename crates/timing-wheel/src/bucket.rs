@@ -208,7 +208,7 @@ impl Windows {
             ends: vec![0; levels].into_boxed_slice(),
             base_slots: vec![0; levels].into_boxed_slice(),
         };
-        w.set(geo, geo.round_down(start));
+        w.compute(geo, geo.round_down(start), false);
         w
     }
 
@@ -217,13 +217,34 @@ impl Windows {
         self.current
     }
 
-    /// Moves to `current` (a multiple of the tick).
+    /// Moves forward to `current` (a multiple of the tick, after the current time).
+    ///
+    /// Only the levels whose window moved are recomputed: each level's tick is a multiple of
+    /// the one below, so once a level's window start stays where it was, every level above it
+    /// stays too (time only moves forward). A 1 ms step moves level 0's window, level 1's one
+    /// step in `size`, and so on: about one level per step instead of every level (15 at a
+    /// tick of 1 and 20 slots, three divisions each). An advance of a
+    /// [`ConcurrentWheel`](crate::ConcurrentWheel) moves every shard's windows for each bucket it
+    /// flushes, so this is most of its cost with many shards.
     pub(crate) fn set(&mut self, geo: &Geometry, current: u64) {
+        debug_assert!(
+            current > self.current,
+            "windows moved backwards or not at all"
+        );
+        self.compute(geo, current, true);
+    }
+
+    /// Sets `current` and recomputes the windows from level 0 up, every one, or (`moved`: every
+    /// window is valid for an earlier time) up to the first whose start did not move.
+    fn compute(&mut self, geo: &Geometry, current: u64, moved: bool) {
         debug_assert_eq!(current % geo.tick, 0);
         self.current = current;
         for k in 0..geo.max_levels() {
             let t = geo.ticks[k];
             let start = current - current % t;
+            if moved && start == self.starts[k] {
+                break;
+            }
             self.starts[k] = start;
             self.ends[k] = start.saturating_add(geo.spans[k]);
             self.base_slots[k] = ((start / t) % u64::from(geo.size)) as u32;
@@ -549,6 +570,56 @@ mod tests {
             // Near the end of time the windows still do not overflow.
             let late = g.round_down(u64::MAX - 5);
             assert!(place(&g, late, u64::MAX, 3).is_none_or(|p| p.2 > late));
+        }
+    }
+
+    /// Windows moved forward step by step (recomputing only the levels whose window moved) equal
+    /// windows computed afresh at each time: small steps, steps across level boundaries, huge
+    /// jumps and the end of time, for ticks and sizes whose tick products do and do not reach
+    /// `u64::MAX` exactly.
+    #[test]
+    fn windows_moved_forward_equal_fresh_ones() {
+        let mut state = 7u64;
+        let mut next = || {
+            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        };
+        for (tick, size) in [
+            (1, 20),
+            (1, 2),
+            (3, 7),
+            (1_000_000, 20),
+            (1, 256),
+            (255, 16),
+        ] {
+            let g = Geometry::new(tick, size).unwrap();
+            let mut w = Windows::new(&g, 0);
+            let mut moves = 0;
+            while w.current() < g.max_expiration && moves < 20_000 {
+                let step = match next() % 8 {
+                    0..=3 => 1,
+                    4 => next() % (size as u64 * 3),
+                    5 => next() % 100_000,
+                    6 => next() >> (next() % 64),
+                    _ => u64::MAX,
+                };
+                let to = g.round_down(w.current().saturating_add(step.saturating_mul(tick)));
+                let to = to.min(g.max_expiration);
+                if to <= w.current() {
+                    continue;
+                }
+                w.set(&g, to);
+                let fresh = Windows::new(&g, to);
+                assert_eq!(
+                    (&w.starts, &w.ends, &w.base_slots),
+                    (&fresh.starts, &fresh.ends, &fresh.base_slots),
+                    "tick {tick} size {size} at {to}"
+                );
+                moves += 1;
+            }
         }
     }
 
