@@ -355,16 +355,20 @@ impl ExpiryQueue {
 mod tests {
     use super::*;
 
-    #[test]
-    fn divider_is_exact() {
-        let mut state = 99u64;
-        let mut next = || {
+    /// splitmix64 (BENCHMARKS.md) from `seed`: each call returns the next output.
+    fn splitmix(mut state: u64) -> impl FnMut() -> u64 {
+        move || {
             state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
             let mut z = state;
             z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
             z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
             z ^ (z >> 31)
-        };
+        }
+    }
+
+    #[test]
+    fn divider_is_exact() {
+        let mut next = splitmix(99);
         let mut divisors = vec![
             1,
             2,
@@ -487,14 +491,7 @@ mod tests {
 
     #[test]
     fn fast_placement_agrees_with_the_reference_rule() {
-        let mut rng = 7u64;
-        let mut next = || {
-            rng = rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = rng;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        };
+        let mut next = splitmix(7);
         for (tick, size) in [
             (1, 20),
             (1, 2),
@@ -579,14 +576,7 @@ mod tests {
     /// `u64::MAX` exactly.
     #[test]
     fn windows_moved_forward_equal_fresh_ones() {
-        let mut state = 7u64;
-        let mut next = || {
-            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        };
+        let mut next = splitmix(7);
         for (tick, size) in [
             (1, 20),
             (1, 2),
