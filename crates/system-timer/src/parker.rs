@@ -125,6 +125,8 @@ impl Parker {
     /// The reaper's sleep: [`park`](Self::park), but on the alarm when there is one, so that
     /// [`rearm`](Self::rearm) can move the wake-up time; `timeout` counts from `stamp`
     /// ([`stamp`](Self::stamp)). Only the reaper calls it. True if it slept, as `park`.
+    // Under loom its last block ends in a `return` that the non-loom tail makes necessary.
+    #[cfg_attr(loom, allow(clippy::needless_return))]
     pub(crate) fn park_reaper(&self, stamp: Stamp, timeout: Option<Duration>) -> bool {
         #[cfg(all(target_os = "linux", not(loom)))]
         if let (Some(alarm), Some(stamp)) = (&self.alarm, stamp.0) {

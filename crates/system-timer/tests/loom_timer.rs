@@ -156,6 +156,11 @@ fn cancel_or_run(cancelled: bool) -> &'static str {
 
 /// Tick 1 ms, one shard, inline, no reaper: level 0 spans `wheel_size` ms.
 fn timer(clock: &ManualClock, wheel_size: usize) -> SystemTimer<Probe> {
+    builder(clock, wheel_size).build()
+}
+
+/// What [`timer`] builds, before `build`.
+fn builder(clock: &ManualClock, wheel_size: usize) -> Builder<Probe> {
     Builder::<Probe>::new()
         .tick(MS)
         .wheel_size(wheel_size)
@@ -163,7 +168,6 @@ fn timer(clock: &ManualClock, wheel_size: usize) -> SystemTimer<Probe> {
         .shards(1)
         .reaper(false)
         .inline()
-        .build()
 }
 
 /// The handle agrees with what happened to the task (ran, cancelled, handed back).
@@ -934,15 +938,7 @@ const HELP_MARGIN: Duration = Duration::from_micros(25);
 /// (`help_at_ns`) and sleeps on its alarm until `GRACE` past it (under loom, the parker records
 /// the alarm instead of arming a timerfd, and the reaper sleeps until an `unpark` fires it).
 fn grace_timer(clock: &ManualClock) -> SystemTimer<Probe> {
-    Builder::<Probe>::new()
-        .tick(MS)
-        .wheel_size(8)
-        .clock(clock.clone())
-        .shards(1)
-        .reaper(false)
-        .reaper_grace(GRACE)
-        .inline()
-        .build()
+    builder(clock, 8).reaper_grace(GRACE).build()
 }
 
 /// The reaper sleeps for nothing later than the earliest queued bucket (or a task waiting in
