@@ -12,6 +12,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering:
 use std::sync::{mpsc, Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
+mod common;
+use common::wait_for_threads_to_end;
+
 use purgatory::{DelayedOperation, OperationHandle, Purgatory};
 use system_timer::{ManualClock, SystemTimer};
 
@@ -34,28 +37,6 @@ fn within<R: Send + 'static>(secs: u64, f: impl FnOnce() -> R + Send + 'static) 
             Ok(()) => unreachable!(),
         },
         Err(mpsc::RecvTimeoutError::Timeout) => panic!("hung for {secs} s"),
-    }
-}
-
-fn thread_names() -> Vec<String> {
-    std::fs::read_dir("/proc/self/task")
-        .map(|dir| {
-            dir.filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-                .map(|n| n.trim().to_string())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn wait_for_threads_to_end(prefix: &str) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while thread_names().iter().any(|n| n.starts_with(prefix)) {
-        assert!(
-            Instant::now() < deadline,
-            "threads of {prefix} still alive: {:?}",
-            thread_names()
-        );
-        std::thread::sleep(Duration::from_millis(5));
     }
 }
 

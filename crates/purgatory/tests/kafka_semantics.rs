@@ -8,6 +8,9 @@ use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+mod common;
+use common::{threads_named, wait_for_threads_to_end};
+
 use purgatory::{DelayedOperation, OperationHandle, Purgatory};
 use system_timer::{ManualClock, SystemTimer};
 
@@ -167,19 +170,6 @@ fn the_purge_counts_an_operation_once_however_many_keys_it_watches() {
     p.check_invariants();
 }
 
-/// Lists the calling process's threads whose name starts with `prefix`.
-fn threads_named(prefix: &str) -> usize {
-    std::fs::read_dir("/proc/self/task")
-        .unwrap()
-        .flatten()
-        .filter(|t| {
-            std::fs::read_to_string(t.path().join("comm"))
-                .map(|c| c.starts_with(prefix))
-                .unwrap_or(false)
-        })
-        .count()
-}
-
 fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     let t0 = Instant::now();
     while !cond() {
@@ -219,7 +209,7 @@ fn the_own_reaper_is_named_after_the_purgatory_and_joined_when_it_is_dropped() {
     );
     drop(p);
     // A joined thread's /proc entry may linger a moment; one that outlived the purgatory stays.
-    wait_until("the reaper is joined", || threads_named("pgjoin-") == 0);
+    wait_for_threads_to_end("pgjoin-");
 }
 
 /// §7 item 9 ("task panics must not kill the timer, and the reaper loop must survive errors;
