@@ -781,6 +781,23 @@ impl<Op: DelayedOperation> OpCell<Op> {
     }
 }
 
+/// A cell dropped while it still holds its operation: the operation was neither completed nor
+/// handed back, and nothing can reach it any more. Only [`Purgatory::cancel_for_key`] makes
+/// such a cell (it takes the operation off the key and disarms it; once no other key watches
+/// it and its last handle is dropped, this runs): the operation is dropped here, without
+/// `on_complete`, and counted as handed back, so that every accepted operation is counted
+/// once, as completed or handed back. Every other path takes the operation out of its cell
+/// under its lock first (completion, hand-back, shutdown).
+///
+/// [`Purgatory::cancel_for_key`]: crate::Purgatory::cancel_for_key
+impl<Op> Drop for OpCell<Op> {
+    fn drop(&mut self) {
+        if self.state.get_mut().op.is_some() {
+            self.common.handed_back_add();
+        }
+    }
+}
+
 #[cfg(not(loom))]
 impl<Op: DelayedOperation> system_timer::SharedTask for OpCell<Op> {
     fn run_shared(self: Arc<Self>) {

@@ -65,7 +65,8 @@ pub struct PurgatoryStats {
     /// shutdown or by a full shared timer ([`WatchError::Full`](crate::WatchError::Full)),
     /// taken back through their handle ([`OperationHandle::take`]), or dropped because
     /// something panicked while [`Purgatory::try_complete_else_watch`] entered them (their
-    /// `try_complete`, a key's `Clone`, `Hash` or `Eq`, the timer's clock).
+    /// `try_complete`, a key's `Clone`, `Hash` or `Eq`, the timer's clock), or dropped with
+    /// the last handle [`Purgatory::cancel_for_key`] returned while no other key watched them.
     ///
     /// [`OperationHandle::take`]: crate::OperationHandle::take
     pub handed_back: u64,
@@ -99,9 +100,10 @@ struct Inner<K, Op> {
 ///
 /// # Invariants
 ///
-/// * `on_complete` runs exactly once per accepted operation that is not handed back, except
-///   one whose handles from [`cancel_for_key`](Self::cancel_for_key) are all dropped while no
-///   other key watches it: it is then dropped without completing, and counted in no statistic;
+/// * `on_complete` runs exactly once per accepted operation that is not handed back (see
+///   [`PurgatoryStats::handed_back`]: one whose handles from
+///   [`cancel_for_key`](Self::cancel_for_key) are all dropped while no other key watches it is
+///   dropped without completing, and counted there);
 ///   `on_expiration` only when expiry won, right after `on_complete`.
 /// * `try_complete`, `on_complete` and `on_expiration` of one operation never overlap (all run
 ///   under its lock), and `try_complete` is never called after completion.
@@ -671,8 +673,8 @@ where
     /// Returns one handle to each of those operations. One watched on no other key is then
     /// reachable only through its handle, and a shutdown no longer sees it: complete it by force,
     /// or take it back with [`OperationHandle::take`] (Kafka returns the operations themselves).
-    /// Dropping the last handle to such an operation drops it without `on_complete` and without
-    /// counting it anywhere in [`stats`](Self::stats) (neither completed nor handed back).
+    /// Dropping the last handle to such an operation drops it without `on_complete` and counts
+    /// it as handed back in [`stats`](Self::stats).
     #[doc(alias = "cancelForKey")]
     #[must_use = "an operation watched on no other key is reachable only through its handle: \
                   complete it by force or take it back"]

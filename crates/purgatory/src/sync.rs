@@ -28,6 +28,10 @@ mod imp {
         pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
             self.0.lock()
         }
+        #[inline]
+        pub(crate) fn get_mut(&mut self) -> &mut T {
+            self.0.get_mut()
+        }
     }
 
     /// A small per-thread number, assigned round-robin on a thread's first call: picks the
@@ -99,6 +103,9 @@ mod imp {
             // No poisoning, as parking_lot: a panic in one model thread must not turn every
             // later lock (e.g. in a Drop during unwinding) into an abort.
             self.0.lock().unwrap_or_else(|e| e.into_inner())
+        }
+        pub(crate) fn get_mut(&mut self) -> &mut T {
+            self.0.get_mut().unwrap_or_else(|e| e.into_inner())
         }
     }
 

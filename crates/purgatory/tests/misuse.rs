@@ -224,6 +224,98 @@ fn cancel_for_key_returns_each_operation_once_despite_duplicate_keys() {
     assert_eq!(p.stats().handed_back, 2);
 }
 
+/// An operation that `cancel_for_key` took off its last key, and whose handles the caller then
+/// dropped, is dropped without completing: it is counted as handed back, once, when its last
+/// handle goes (before, it was counted nowhere: `accepted` exceeded `completed + handed_back`
+/// for good). Operations completed or taken back first are not counted again when their
+/// cells are dropped.
+#[test]
+fn an_operation_dropped_with_its_last_cancel_for_key_handle_counts_as_handed_back() {
+    struct Counted {
+        completed: Arc<Mutex<u32>>,
+        _alive: Arc<()>,
+    }
+    impl DelayedOperation for Counted {
+        fn try_complete(&mut self) -> bool {
+            false
+        }
+        fn on_complete(&mut self) {
+            *self.completed.lock().unwrap() += 1;
+        }
+    }
+    let clock = ManualClock::new(0);
+    let p: Arc<Purgatory<&'static str, Counted>> = manual(&clock);
+    let completed = Arc::new(Mutex::new(0));
+    let alive = Arc::new(());
+    let op = || Counted {
+        completed: Arc::clone(&completed),
+        _alive: Arc::clone(&alive),
+    };
+    let balanced = |p: &Purgatory<&'static str, Counted>| {
+        let st = p.stats();
+        assert_eq!(
+            st.accepted,
+            st.completed + st.handed_back + st.delayed,
+            "every accepted operation is completed, handed back or pending: {st:?}"
+        );
+    };
+    // Watched on "a" and "b": cancelling "a" and dropping its handle leaves it on "b".
+    p.try_complete_else_watch(op(), Duration::from_secs(60), &["a", "b"])
+        .unwrap();
+    drop(p.cancel_for_key(&"a"));
+    assert_eq!(Arc::strong_count(&alive), 2, "still watched on \"b\"");
+    assert_eq!(p.stats().handed_back, 0);
+    // Its last key: the handle is now the only way to it.
+    let handles = p.cancel_for_key(&"b");
+    assert_eq!(handles.len(), 1);
+    assert_eq!(Arc::strong_count(&alive), 2, "alive while a handle is");
+    assert_eq!(p.stats().handed_back, 0);
+    drop(handles);
+    assert_eq!(Arc::strong_count(&alive), 1, "dropped with its last handle");
+    assert_eq!(*completed.lock().unwrap(), 0, "never completed");
+    assert_eq!(p.stats().handed_back, 1, "{:?}", p.stats());
+    assert_eq!(p.stats().delayed, 0);
+    balanced(&p);
+
+    // Taken back through its handle: counted once, not again when the handle is dropped.
+    p.try_complete_else_watch(op(), Duration::from_secs(60), &["c"])
+        .unwrap();
+    let handles = p.cancel_for_key(&"c");
+    assert!(handles[0].take().is_some());
+    drop(handles);
+    assert_eq!(p.stats().handed_back, 2, "{:?}", p.stats());
+    balanced(&p);
+
+    // Completed by force after `cancel_for_key`, then dropped: completed, not handed back.
+    p.try_complete_else_watch(op(), Duration::from_secs(60), &["d"])
+        .unwrap();
+    let handles = p.cancel_for_key(&"d");
+    assert!(handles[0].force_complete());
+    drop(handles);
+    assert_eq!(*completed.lock().unwrap(), 1);
+    assert_eq!(p.stats().handed_back, 2, "{:?}", p.stats());
+    balanced(&p);
+
+    // Completed by expiry, its cell dropped by the purge: not handed back either.
+    p.try_complete_else_watch(op(), Duration::from_millis(5), &["e"])
+        .unwrap();
+    clock.advance(Duration::from_millis(5));
+    assert_eq!(p.advance(), 1);
+    drop(p.cancel_for_key(&"e"));
+    assert_eq!(*completed.lock().unwrap(), 2);
+    assert_eq!(p.stats().handed_back, 2, "{:?}", p.stats());
+    balanced(&p);
+
+    // Shutdown hands the pending ones back, once each; their cells then drop empty.
+    p.try_complete_else_watch(op(), Duration::from_secs(60), &["f", "g"])
+        .unwrap();
+    assert_eq!(p.shutdown().len(), 1);
+    assert_eq!(p.stats().handed_back, 3, "{:?}", p.stats());
+    balanced(&p);
+    drop(p);
+    assert_eq!(Arc::strong_count(&alive), 1, "every operation dropped");
+}
+
 /// An operation that becomes ready when told; once completed, its `on_complete` watches a
 /// follow-up operation (never ready) on key "k" of its own purgatory and records whether that
 /// one was left pending.
