@@ -167,6 +167,9 @@ pub fn scale_ratio_label(sizes: &[usize]) -> String {
 pub fn run_once<C: ChurnTarget>(target: &mut C, delays: &[u64]) -> ChurnFigures {
     let n = delays.len();
     let mut handles = Vec::with_capacity(n);
+    // None on a fresh or warmed-up target, except on a real clock a warm-up's task that fell due
+    // and still waits for an executor (counted until it starts).
+    let before = target.len();
     let cpu0 = process_cpu_ns();
     let t0 = Instant::now();
     for (i, &d) in delays.iter().enumerate() {
@@ -207,12 +210,29 @@ pub fn run_once<C: ChurnTarget>(target: &mut C, delays: &[u64]) -> ChurnFigures 
         // task pending passed on its return values alone.
         assert_eq!(target.len(), n - expected, "tasks lost or left over");
     } else {
-        let lost = not_yet_due(delays, &failed, t0.elapsed());
+        // Read before `ran`: a task not yet due when `ran` was taken was not due here either.
+        let pending = target.len();
+        let ran = t0.elapsed();
+        let lost = not_yet_due(delays, &failed, ran);
         assert!(
             lost == 0,
             "cancel phase missed tasks: {lost} of the {} failed cancels were of tasks not yet \
              due",
             failed.len()
+        );
+        // The structure's own count, bounded as a real clock allows: it may have fired kept
+        // tasks, but none not yet due, and none whose cancel won. Unchecked, a cancel that said
+        // it won but left its task pending passed on its return values alone (as on an exact
+        // target, above), and so did kept tasks lost.
+        assert!(
+            pending <= before + n - cancelled,
+            "tasks left over: {pending} pending after {cancelled} of {n} cancels won ({before} \
+             pending before the run)"
+        );
+        let kept_not_due = count_not_yet_due(delays, (0..n).step_by(10), ran);
+        assert!(
+            pending >= kept_not_due,
+            "tasks lost: {pending} pending, but {kept_not_due} kept tasks were not yet due"
         );
     }
     let n_cancel = expected.max(1) as f64;
@@ -232,10 +252,20 @@ pub fn run_once<C: ChurnTarget>(target: &mut C, delays: &[u64]) -> ChurnFigures 
 /// tasks that could have fallen due, let a lost task through whenever a short task's cancel
 /// had won: a timer fires late, so most do.)
 pub fn not_yet_due(delays: &[u64], failed: &[usize], ran: Duration) -> usize {
+    count_not_yet_due(delays, failed.iter().copied(), ran)
+}
+
+/// How many of `tasks` (indices into `delays`) had not yet fallen due `ran` after the first add,
+/// plus a tick, as in [`not_yet_due`]: none of them can have fired.
+fn count_not_yet_due(
+    delays: &[u64],
+    tasks: impl IntoIterator<Item = usize>,
+    ran: Duration,
+) -> usize {
     let ran = ran + Duration::from_millis(1);
-    failed
-        .iter()
-        .filter(|&&i| Duration::from_millis(delays[i]) > ran)
+    tasks
+        .into_iter()
+        .filter(|&i| Duration::from_millis(delays[i]) > ran)
         .count()
 }
 
@@ -620,26 +650,28 @@ mod tests {
         assert_eq!(t.enters, 2);
     }
 
-    /// A target on a real clock (as the system timers), modelled exactly: a cancel loses only
-    /// to a task whose deadline (the instant of its add plus its delay) has passed, except that
-    /// every `lose_every`-th cancel loses anyway (a lost task); the first cancel waits `stall`
-    /// (a busy machine), so that the short tasks fall due first.
+    /// A target on a real clock (as the system timers), modelled exactly: a task fires (leaves
+    /// the count) once its deadline (the instant of its add plus its delay) has passed, and a
+    /// cancel loses only to such a task, except that every `lose_every`-th cancel loses anyway
+    /// (a lost task); the first cancel waits `stall` (a busy machine), so that the short tasks
+    /// fall due first.
     struct Clocked {
         due: Vec<Instant>,
+        /// Per task: its cancel won.
+        cancelled: Vec<bool>,
         lose_every: usize,
         stall: Duration,
         cancels: usize,
-        len: usize,
     }
 
     impl Clocked {
         fn new(lose_every: usize, stall: Duration) -> Self {
             Clocked {
                 due: Vec::new(),
+                cancelled: Vec::new(),
                 lose_every,
                 stall,
                 cancels: 0,
-                len: 0,
             }
         }
     }
@@ -650,7 +682,7 @@ mod tests {
         fn add(&mut self, delay_ms: u64, id: u64) -> usize {
             self.due
                 .push(Instant::now() + Duration::from_millis(delay_ms));
-            self.len += 1;
+            self.cancelled.push(false);
             id as usize
         }
         fn cancel(&mut self, h: &usize) -> bool {
@@ -660,11 +692,14 @@ mod tests {
             self.cancels += 1;
             let lost = self.lose_every > 0 && self.cancels.is_multiple_of(self.lose_every);
             let won = !lost && Instant::now() < self.due[*h];
-            self.len -= usize::from(won);
+            self.cancelled[*h] |= won;
             won
         }
         fn len(&self) -> usize {
-            self.len
+            let now = Instant::now();
+            (0..self.due.len())
+                .filter(|&i| !self.cancelled[i] && self.due[i] > now)
+                .count()
         }
     }
 
@@ -766,5 +801,100 @@ mod tests {
         let d = delays(2_000, 5);
         let f = run_once(&mut Clocked::new(0, Duration::from_millis(20)), &d);
         assert!(f.cancel_ns > 0.0);
+    }
+
+    /// [`KeepsCancelled`] on a real clock, where W1 skipped the structure's count (a task may
+    /// fire during the run): its 900 cancels that removed nothing passed, as they would on the
+    /// system timers, W5's subjects.
+    #[derive(Default)]
+    struct KeepsCancelledOnAClock(KeepsCancelled);
+
+    impl ChurnTarget for KeepsCancelledOnAClock {
+        type Handle = ();
+        const EXACT: bool = false;
+        fn add(&mut self, delay_ms: u64, id: u64) {
+            self.0.add(delay_ms, id);
+        }
+        fn cancel(&mut self, h: &()) -> bool {
+            self.0.cancel(h)
+        }
+        fn len(&self) -> usize {
+            self.0.len()
+        }
+    }
+
+    #[test]
+    fn a_cancel_that_leaves_its_task_pending_fails_w1_on_a_real_clock_target() {
+        let d = delays(1_000, 30_000);
+        let run = std::panic::catch_unwind(|| run_once(&mut KeepsCancelledOnAClock::default(), &d));
+        assert!(run.is_err(), "900 cancels that removed nothing passed");
+    }
+
+    /// A real-clock target whose cancels win, each taking the kept task before it (`i - 1`,
+    /// with `i % 10 == 1`) out with its own: the 100 kept tasks, due in up to 30 s, are lost
+    /// (its count shows it), yet every cancel said what it should.
+    #[derive(Default)]
+    struct CancelTakesKept {
+        len: usize,
+    }
+
+    impl ChurnTarget for CancelTakesKept {
+        type Handle = u64;
+        const EXACT: bool = false;
+        fn add(&mut self, _delay_ms: u64, id: u64) -> u64 {
+            self.len += 1;
+            id
+        }
+        fn cancel(&mut self, h: &u64) -> bool {
+            self.len -= 1 + usize::from(h % 10 == 1);
+            true
+        }
+        fn len(&self) -> usize {
+            self.len
+        }
+    }
+
+    #[test]
+    fn kept_tasks_lost_before_they_were_due_fail_w1_on_a_real_clock_target() {
+        let d = delays(1_000, 30_000);
+        let run = std::panic::catch_unwind(|| run_once(&mut CancelTakesKept::default(), &d));
+        assert!(run.is_err(), "100 kept tasks lost passed");
+    }
+
+    /// A real-clock target with tasks of an earlier run still counted (a warm-up's, fallen due
+    /// and waiting for an executor): they are not the run's, and do not fail it.
+    struct Leftovers(Clocked, usize);
+
+    impl ChurnTarget for Leftovers {
+        type Handle = usize;
+        const EXACT: bool = false;
+        fn add(&mut self, delay_ms: u64, id: u64) -> usize {
+            self.0.add(delay_ms, id)
+        }
+        fn cancel(&mut self, h: &usize) -> bool {
+            self.0.cancel(h)
+        }
+        fn len(&self) -> usize {
+            self.0.len() + self.1
+        }
+    }
+
+    #[test]
+    fn tasks_pending_before_the_run_pass_w1_on_a_real_clock_target() {
+        let d = vec![100_000; 1_000];
+        run_once(&mut Leftovers(Clocked::new(0, Duration::ZERO), 5), &d);
+    }
+
+    /// On a real clock the kept tasks that fell due have fired: fewer pending than kept is
+    /// what the clock does, not a loss (the kept tasks due in 1 ms fire during the stall; those
+    /// due in 100 s stay).
+    #[test]
+    fn kept_tasks_that_fell_due_pass_w1_on_a_real_clock_target() {
+        let d: Vec<u64> = (0..2_000)
+            .map(|i| if i % 20 == 0 { 1 } else { 100_000 })
+            .collect();
+        let mut t = Clocked::new(0, Duration::from_millis(20));
+        run_once(&mut t, &d);
+        assert_eq!(t.len(), 100, "the kept tasks due in 100 s");
     }
 }
