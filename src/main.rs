@@ -8,7 +8,7 @@ use kafka_timer::churn::{
     self, ChurnFigures, ConcurrentWheelTarget, DelayQueueTarget, HeapTarget, KeyedTimerTarget,
     TimerTarget, TypedTimerTarget, WheelTarget,
 };
-use kafka_timer::measure::{at_least, machine_line, MAX_TASKS};
+use kafka_timer::measure::{at_least, machine_line};
 
 /// jemalloc instead of the system allocator with feature `jemalloc` (off by default): why, and
 /// what it changes, in the dependency's comment in Cargo.toml.
@@ -147,10 +147,11 @@ struct W1Args {
 struct W5Args {
     /// Pending counts to measure (each at least 2: the cancel phase needs a task to cancel; at
     /// most 10^8).
-    #[arg(long, value_delimiter = ',', default_values_t = vec![10_000, 100_000, 1_000_000, 10_000_000])]
+    #[arg(long, value_delimiter = ',', value_parser = kafka_timer::measure::task_count(2),
+          default_values_t = vec![10_000, 100_000, 1_000_000, 10_000_000])]
     sizes: Vec<usize>,
     /// Runs per point (medians).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = at_least(1))]
     runs: usize,
     /// Implementations, comma separated.
     #[arg(long, value_delimiter = ',',
@@ -160,27 +161,6 @@ struct W5Args {
     /// Measure warmed-up structures (see `w1 --warm`).
     #[arg(long)]
     warm: bool,
-}
-
-impl W5Args {
-    /// What clap cannot check on a list: every size at least 2 (the cancel phase cancels the
-    /// tasks with `i % 10 != 0`: one task leaves it none) and at least one run.
-    fn check(&self) -> Result<(), String> {
-        if self.sizes.iter().any(|&n| n < 2) || self.runs == 0 {
-            return Err(
-                "every --sizes value must be at least 2 (the cancel phase cancels the \
-                        tasks with i % 10 != 0, and one task leaves it none) and --runs at \
-                        least 1"
-                    .into(),
-            );
-        }
-        // Checked before the first point runs: a size past it failed only when its turn came,
-        // in a child process, naming a flag the user never gave (its delay range's).
-        if let Some(n) = self.sizes.iter().find(|&&n| n as u64 > MAX_TASKS) {
-            return Err(format!("--sizes value {n} is above {MAX_TASKS}"));
-        }
-        Ok(())
-    }
 }
 
 fn main() -> ExitCode {
@@ -193,13 +173,7 @@ fn main() -> ExitCode {
         Some(Cmd::W2(a)) => return kafka_timer::precision::run(&a),
         Some(Cmd::W3(a)) => return kafka_timer::idle::run(&a),
         Some(Cmd::W4(a)) => return kafka_timer::load::run(&a),
-        Some(Cmd::W5(a)) => {
-            if let Err(e) = a.check() {
-                eprintln!("error: {e}");
-                return ExitCode::from(2);
-            }
-            w5(&a)
-        }
+        Some(Cmd::W5(a)) => w5(&a),
         Some(Cmd::WakeCost { period_us, count }) => {
             let (cpu_ns, wall) =
                 kafka_timer::measure::wake_cost(std::time::Duration::from_micros(period_us), count);
@@ -413,6 +387,7 @@ fn w5(a: &W5Args) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kafka_timer::measure::MAX_TASKS;
 
     fn probe() -> Probe {
         Probe {
@@ -480,26 +455,44 @@ mod tests {
         }
     }
 
-    /// W5's sizes are a list, checked after parsing: a size of 0 or 1 (no task to cancel) and
-    /// zero runs are refused; 2 is the least that measures a cancel.
+    /// W5's sizes are a list, each value checked by the parser as W1's `--n` is: a size of 0 or
+    /// 1 (no task to cancel) or past `MAX_TASKS`, and zero runs, are refused, naming the value.
+    /// A check after parsing refused them with one message for all three ("every --sizes value
+    /// must be at least 2 ... and --runs at least 1", for `--runs 0` too), naming no value.
     #[test]
     fn w5_refuses_sizes_with_nothing_to_cancel() {
-        let w5 = |args: &[&str]| match parse(&[&["w5"][..], args].concat()).unwrap().command {
-            Some(Cmd::W5(a)) => a.check(),
-            other => panic!("not w5: {other:?}"),
+        let refused = |args: &[&str]| {
+            let e = parse(&[&["w5"][..], args].concat()).expect_err("refused");
+            assert_eq!(
+                e.kind(),
+                clap::error::ErrorKind::ValueValidation,
+                "{args:?}: {e}"
+            );
+            e.to_string()
         };
-        for args in [
-            &["--sizes", "0"][..],
-            &["--sizes", "10,1"],
-            &["--runs", "0"],
-        ] {
-            assert!(w5(args).is_err(), "{args:?} accepted");
-        }
-        assert_eq!(w5(&["--sizes", "2,10", "--runs", "1"]), Ok(()));
-        assert_eq!(w5(&[]), Ok(()));
+        let e = refused(&["--sizes", "10,1"]);
+        assert!(e.contains("'1'") && e.contains("--sizes"), "{e}");
+        assert!(refused(&["--sizes", "0"]).contains("--sizes"));
+        let e = refused(&["--runs", "0"]);
+        assert!(
+            e.contains("'0'") && e.contains("--runs") && !e.contains("--sizes"),
+            "{e}"
+        );
         let too_many = (MAX_TASKS + 1).to_string();
-        assert!(w5(&["--sizes", &format!("2,{too_many}")]).is_err());
-        assert_eq!(w5(&["--sizes", &MAX_TASKS.to_string()]), Ok(()));
+        assert!(refused(&["--sizes", &format!("2,{too_many}")]).contains(&too_many));
+        for args in [
+            &["--sizes", "2,10", "--runs", "1"][..],
+            &[],
+            &["--sizes", &MAX_TASKS.to_string()],
+        ] {
+            match parse(&[&["w5"][..], args].concat())
+                .expect("parsed")
+                .command
+            {
+                Some(Cmd::W5(_)) => {}
+                other => panic!("not w5: {other:?}"),
+            }
+        }
     }
 
     /// A negative number is a flag's value, refused by that flag's own check (clap said
