@@ -1,7 +1,7 @@
 //! A storage engine's TTLs on the single-threaded `TimingWheel`, driven by the engine's own loop
 //! (no timer thread): each key has at most one pending expiry; overwriting a key cancels its old
 //! TTL in O(1); the loop asks the wheel when it next has work. Takes no arguments; panics if
-//! an expiry comes out of order or at the wrong time.
+//! an expiry comes out of order, at the wrong time or for the wrong key.
 //!
 //! ```sh
 //! cargo run --release --example ttl
@@ -75,11 +75,18 @@ fn main() {
             evicted.push((store.now_ms, key));
         }
     }
-    // In TTL order, each at its TTL (the wheel's tick is 1 ms: never early, never a tick late),
-    // the renewed session at its new TTL, not its first one.
-    let at: Vec<u64> = evicted.iter().map(|(t, _)| *t).collect();
-    assert_eq!(at, [250, 5_000, 60_000], "{evicted:?}");
-    assert_eq!(evicted[2].1, "session:alice", "{evicted:?}");
+    // In TTL order, each key at its own TTL (the wheel's tick is 1 ms: never early, never a tick
+    // late), the renewed session at its new TTL, not its first one. The keys too: with the times
+    // alone, a session evicted at the lock's 250 ms (and the lock at the session's 5 s) passed.
+    let want = [
+        (250, "lock:orders"),
+        (5_000, "session:bob"),
+        (60_000, "session:alice"),
+    ];
+    assert!(
+        evicted.iter().map(|(t, k)| (*t, k.as_str())).eq(want),
+        "{evicted:?}"
+    );
     assert_eq!(store.get("session:alice"), None);
     assert!(store.data.is_empty() && store.ttls.is_empty());
     println!("all TTLs expired in order; the renewed key lived for its new TTL");
