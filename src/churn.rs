@@ -257,7 +257,7 @@ pub fn not_yet_due(delays: &[u64], failed: &[usize], ran: Duration) -> usize {
 
 /// How many of `tasks` (indices into `delays`) had not yet fallen due `ran` after the first add,
 /// plus a tick, as in [`not_yet_due`]: none of them can have fired.
-fn count_not_yet_due(
+pub(crate) fn count_not_yet_due(
     delays: &[u64],
     tasks: impl IntoIterator<Item = usize>,
     ran: Duration,

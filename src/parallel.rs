@@ -255,6 +255,9 @@ pub fn run_once<S: SharedTarget>(target: &S, delays: &[u64], split: Split) -> Pa
     // (the first reading is taken before they start, so all of their CPU counts).
     let done = Gate::new(3);
     let gates = [&phase, &done];
+    // None on a fresh or warmed-up target, except on a real clock a warm-up's task that fell due
+    // and still waits for an executor (counted until it starts).
+    let before = target.len();
     let cpu0 = process_cpu_ns();
     let (cpu, stamps, cancelled, failed) = std::thread::scope(|s| {
         let workers: Vec<_> = (0..2)
@@ -326,12 +329,27 @@ pub fn run_once<S: SharedTarget>(target: &S, delays: &[u64], split: Split) -> Pa
     } else {
         // As in W1: only a task whose delay ran out (since the first add) may beat its cancel.
         let first_add = stamps.iter().map(|s| s[0]).min().expect("two threads");
-        let lost = churn::not_yet_due(delays, &failed, first_add.elapsed());
+        // Read before `ran`: a task not yet due when `ran` was taken was not due here either.
+        let pending = target.len();
+        let ran = first_add.elapsed();
+        let lost = churn::not_yet_due(delays, &failed, ran);
         assert!(
             lost == 0,
             "cancel phase missed tasks: {lost} of the {} failed cancels (of {expected}) were of \
              tasks not yet due",
             failed.len()
+        );
+        // As in W1: the structure's own count, bounded as a real clock allows (kept tasks may
+        // have fired, none not yet due, none whose cancel won).
+        assert!(
+            pending <= before + n - cancelled,
+            "tasks left over: {pending} pending after {cancelled} of {n} cancels won ({before} \
+             pending before the run)"
+        );
+        let kept_not_due = churn::count_not_yet_due(delays, (0..n).step_by(10), ran);
+        assert!(
+            pending >= kept_not_due,
+            "tasks lost: {pending} pending, but {kept_not_due} kept tasks were not yet due"
         );
     }
     // A phase runs from the first thread's start to the last thread's end.
@@ -639,6 +657,61 @@ mod tests {
         for split in [Split::Interleaved, Split::Halves] {
             let t = Clocked::new(d.len(), 0, Duration::from_millis(20));
             run_once(&t, &d, split);
+        }
+    }
+
+    /// A real-clock target whose count lies in one of two ways: every 100th cancel says it won
+    /// but leaves its task pending (`lie`), or the kept tasks vanish (`!lie`). All delays are
+    /// 100 s, so no task can have fired: W1x2 checked only the failed cancels there, and both
+    /// passed.
+    struct MiscountsOnAClock {
+        lie: bool,
+        cancels: AtomicUsize,
+        len: AtomicUsize,
+    }
+
+    impl SharedTarget for MiscountsOnAClock {
+        type Handle = usize;
+        const EXACT: bool = false;
+        fn add(&self, _delay_ms: u64, id: u64) -> usize {
+            // Without `lie`, the kept tasks (i % 10 == 0) are lost at once.
+            if self.lie || !id.is_multiple_of(10) {
+                self.len.fetch_add(1, Ordering::Relaxed);
+            }
+            id as usize
+        }
+        fn cancel(&self, _h: &usize) -> bool {
+            let k = self.cancels.fetch_add(1, Ordering::Relaxed) + 1;
+            if !(self.lie && k.is_multiple_of(100)) {
+                self.len.fetch_sub(1, Ordering::Relaxed);
+            }
+            true
+        }
+        fn len(&self) -> usize {
+            self.len.load(Ordering::Relaxed)
+        }
+    }
+
+    #[test]
+    fn a_miscounting_real_clock_target_fails_w1x2() {
+        let d = vec![100_000; 10_000];
+        for lie in [true, false] {
+            for split in [Split::Interleaved, Split::Halves] {
+                let run = std::panic::catch_unwind(|| {
+                    let t = MiscountsOnAClock {
+                        lie,
+                        cancels: AtomicUsize::new(0),
+                        len: AtomicUsize::new(0),
+                    };
+                    run_once(&t, &d, split)
+                });
+                let what = if lie {
+                    "90 cancels that left their tasks pending"
+                } else {
+                    "1,000 kept tasks lost"
+                };
+                assert!(run.is_err(), "{split:?}: {what} passed");
+            }
         }
     }
 
