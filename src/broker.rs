@@ -63,6 +63,11 @@ pub struct Config {
     /// Fetches the simulation can log (one byte each); a consumer that would issue more stops
     /// and the run reports it as a problem.
     pub max_fetches: usize,
+    /// Fault injection, for the simulation's own failure path: follower 0 panics in its round
+    /// of this number (`None`: never). A follower that dies (this, or a panic a check
+    /// re-raised) stops the high watermark, so the consumers stop fetching and the run reports
+    /// it as a problem, at once: before, they fetched until `max_fetches` (hours).
+    pub follower_panics_in_round: Option<u64>,
 }
 
 impl Default for Config {
@@ -82,6 +87,7 @@ impl Default for Config {
             stats_every: Some(Duration::from_millis(500)),
             seed: 42,
             max_fetches: 1_000_000,
+            follower_panics_in_round: None,
         }
     }
 }
@@ -408,6 +414,17 @@ impl Drop for DelayedFetch {
     }
 }
 
+/// Sets its flag if dropped by a panic (a thread's unwinding).
+struct SetOnPanic(Arc<AtomicBool>);
+
+impl Drop for SetOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.store(true, SeqCst);
+        }
+    }
+}
+
 /// Runs the simulation.
 ///
 /// A configuration the simulation cannot run (no partitions, or no followers: the HW would
@@ -447,6 +464,8 @@ pub fn run(cfg: &Config) -> Report {
         Arc::new((0..n_produces).map(|_| Mutex::new(None)).collect());
     let producing = Arc::new(AtomicUsize::new(cfg.producers));
     let stop = Arc::new(AtomicBool::new(false));
+    // Set by a follower that panics: the HW no longer moves, and the consumers stop.
+    let follower_died = Arc::new(AtomicBool::new(false));
 
     // Followers: each thread replicates every partition for one follower slot.
     let followers: Vec<_> = (0..cfg.followers)
@@ -458,11 +477,16 @@ pub fn run(cfg: &Config) -> Report {
                 stop.clone(),
                 cfg.clone(),
             );
+            let died = SetOnPanic(follower_died.clone());
             std::thread::spawn(move || {
+                let _died = died;
                 let mut rng = SplitMix64::new(cfg.seed ^ (0xF0 + f as u64));
                 let mut round = 0u64;
                 while !stop.load(SeqCst) {
                     round += 1;
+                    if f == 0 && cfg.follower_panics_in_round == Some(round) {
+                        panic!("follower 0: injected panic in round {round}");
+                    }
                     let lag = if cfg.stall_every > 0 && round.is_multiple_of(cfg.stall_every) {
                         cfg.produce_timeout * 2
                     } else {
@@ -555,6 +579,7 @@ pub fn run(cfg: &Config) -> Report {
                 fetch_answered.clone(),
                 cfg.clone(),
             );
+            let follower_died = follower_died.clone();
             std::thread::spawn(move || {
                 let mine: Vec<u32> = (0..cfg.partitions)
                     .filter(|p| *p as usize % cfg.consumers == c)
@@ -571,6 +596,12 @@ pub fn run(cfg: &Config) -> Report {
                         .zip(&offsets)
                         .all(|(&p, &o)| o >= log.partitions[p as usize].leo.load(SeqCst));
                     if mine.is_empty() || (done_producing && caught_up) {
+                        break;
+                    }
+                    if follower_died.load(SeqCst) {
+                        outcomes.2.push(format!(
+                            "consumer {c} stopped before catching up: a follower died"
+                        ));
                         break;
                     }
                     let id = issued.fetch_add(1, SeqCst);
@@ -715,8 +746,10 @@ pub fn run(cfg: &Config) -> Report {
     }
     stop.store(true, SeqCst);
     drop(stats_stop);
-    for f in followers {
-        f.join().expect("follower panicked");
+    for (i, f) in followers.into_iter().enumerate() {
+        if f.join().is_err() {
+            report.problems.push(format!("follower {i} panicked"));
+        }
     }
     if let Some(t) = stats_thread {
         t.join().expect("stats thread panicked");

@@ -101,3 +101,24 @@ fn no_followers_ends() {
         .expect("run with no followers still running after 20 s");
     assert!(r.check().is_err(), "{r:?}");
 }
+
+/// A follower that dies (here an injected panic; in earnest, a panic a check re-raised) stops
+/// the high watermark: the consumers used to fetch until the fetch log was full, 50 ms a
+/// fetch, hours with the default log, and the run neither ended nor failed. Now they stop, and
+/// the run reports the dead follower.
+#[test]
+fn a_dead_follower_ends_the_run_with_a_problem() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        tx.send(run(&Config {
+            follower_panics_in_round: Some(3),
+            ..small()
+        }))
+    });
+    let r = rx
+        .recv_timeout(Duration::from_secs(120))
+        .expect("a run with a dead follower still running after 120 s");
+    let problems = r.check().expect_err("a follower died");
+    assert!(problems.contains("follower 0 panicked"), "{problems}");
+    assert!(problems.contains("a follower died"), "{problems}");
+}
