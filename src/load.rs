@@ -37,7 +37,7 @@
 #![allow(clippy::disallowed_methods)] // benchmark code: std threads and clocks on purpose
 
 use std::fmt::Write as _;
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write as _};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{
@@ -58,6 +58,21 @@ use crate::measure::{
     rss_bytes, this_thread, ThreadUse,
 };
 use crate::rng::SplitMix64;
+
+/// Writes to standard error, best effort: what goes there (the progress display, the search's
+/// log, notes and errors) is for a person watching, and a reader of it that has gone away
+/// (`2>&1 >report.txt | head -1`, a pager quit) must not end the run. `eprint!` panics when
+/// the write fails: the run died with status 101, its report on standard output never written.
+fn to_stderr(text: std::fmt::Arguments<'_>) {
+    let _ = std::io::stderr().lock().write_fmt(text);
+}
+
+/// `eprintln!`, best effort (see [`to_stderr`]).
+macro_rules! note {
+    ($($arg:tt)*) => {
+        to_stderr(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
 
 /// How requests are completed before their timeout.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -411,7 +426,7 @@ impl Report {
 /// Runs the load generator; returns the process exit code.
 pub fn run(args: &Args) -> ExitCode {
     if let Err(e) = validate(args) {
-        eprintln!("error: {e}");
+        note!("error: {e}");
         return ExitCode::from(2);
     }
     // The plot's file is opened (created if missing, not truncated) before the run: a path that
@@ -423,7 +438,7 @@ pub fn run(args: &Args) -> ExitCode {
             .truncate(false)
             .open(path);
         if let Err(e) = open {
-            eprintln!("error: cannot write {}: {e}", path.display());
+            note!("error: cannot write {}: {e}", path.display());
             return ExitCode::from(2);
         }
     }
@@ -440,15 +455,15 @@ pub fn run(args: &Args) -> ExitCode {
         let svg = match plot_svg(args, &report) {
             Ok(svg) => svg,
             Err(e) => {
-                eprintln!("error: cannot draw the plot: {e}");
+                note!("error: cannot draw the plot: {e}");
                 return ExitCode::from(2);
             }
         };
         if let Err(e) = std::fs::write(path, svg) {
-            eprintln!("error: cannot write {}: {e}", path.display());
+            note!("error: cannot write {}: {e}", path.display());
             return ExitCode::from(2);
         }
-        eprintln!("plot written to {}", path.display());
+        note!("plot written to {}", path.display());
     }
     // Exit status: correctness and the counts, as far as a slow or loaded machine cannot fake
     // them (see `correct`). Whether the rate was sustained (at least the expected expiries, and
@@ -478,7 +493,7 @@ fn run_with_baseline(args: &Args) -> Report {
     let mut report = run_once(args);
     if args.baseline && !args.harness_only {
         if args.progress > 0.0 {
-            eprintln!("baseline: the harness alone (--harness-only), same flags");
+            note!("baseline: the harness alone (--harness-only), same flags");
         }
         report.baseline = Some(Box::new(run_once(&harness_alone(args))));
     }
@@ -711,9 +726,9 @@ impl Sampler {
             );
             self.printed = true;
             if self.tty {
-                eprint!("\r{line}");
+                to_stderr(format_args!("\r{line}"));
             } else {
-                eprintln!("{line}");
+                note!("{line}");
             }
         }
     }
@@ -721,7 +736,7 @@ impl Sampler {
     /// Ends the progress display.
     fn finish(&self) {
         if self.tty && self.printed {
-            eprintln!();
+            to_stderr(format_args!("\n"));
         }
     }
 }
@@ -1545,7 +1560,7 @@ fn find_max_rate(args: &Args) -> ExitCode {
         if !correct(&r) {
             broken.set(broken.get() + 1);
         }
-        eprintln!(
+        note!(
             "  rate {:>9.0}: achieved {:>9.0}, cpu {:.2} s/M, expired {} (expected {} +{}), exactly once {}: {}",
             rate,
             r.achieved_rate,
@@ -1559,7 +1574,7 @@ fn find_max_rate(args: &Args) -> ExitCode {
         r
     };
     if args.num < FIND_MAX_RATE_MIN_NUM {
-        eprintln!(
+        note!(
             "warning: --num {} is too few requests for the rate found to mean much (each probe \
              lasts a moment; use {FIND_MAX_RATE_MIN_NUM} or more)",
             args.num

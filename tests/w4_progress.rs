@@ -1,6 +1,6 @@
 //! W4's progress lines, read from the load generator's standard error.
 
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 /// The progress line's expired count of a `--harness-only` run: every request here expires
 /// (latency 1 s, timeout 5 ms), which the completer logs as it does in a real run's place; the
@@ -40,5 +40,41 @@ fn harness_only_progress_counts_the_expiries() {
     assert!(
         completed > 0 && expired == completed,
         "every request done so far expired: {last}"
+    );
+}
+
+/// The progress display is best effort: a reader of standard error that has gone away (a
+/// pager quit, `2>&1 >report.txt | head -1`) made the first progress line after it panic
+/// ("failed printing to stderr"): the run died with status 101 and its table, on a standard
+/// output that was fine, was never written. Standard error is closed here before the first line.
+#[test]
+fn a_closed_stderr_does_not_end_the_run() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kafka-timer"))
+        .args([
+            "--num",
+            "3000",
+            "--rate",
+            "20000",
+            "--pct50",
+            "5",
+            "--pct75",
+            "15",
+            "--timeout",
+            "50",
+            "--progress",
+            "0.02",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the load generator runs");
+    // The read end of its standard error, closed: each line it writes there fails (EPIPE).
+    drop(child.stderr.take());
+    let out = child.wait_with_output().expect("it exits");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{:?}: {stdout}", out.status);
+    assert!(
+        stdout.contains("exactly once (on_complete per request)"),
+        "no table: {stdout:?}"
     );
 }
