@@ -74,6 +74,19 @@ macro_rules! note {
     };
 }
 
+/// Writes the report to standard output. A write that fails (a reader that has gone away:
+/// `| head -1`) is an error, status 2, as a plot that cannot be written is: `println!` panicked
+/// (status 101 and a backtrace).
+fn to_stdout(text: &str) -> Result<(), ExitCode> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(|e| {
+            note!("error: cannot write the report to standard output: {e}");
+            ExitCode::from(2)
+        })
+}
+
 /// How requests are completed before their timeout.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Model {
@@ -446,11 +459,11 @@ pub fn run(args: &Args) -> ExitCode {
         return find_max_rate(args);
     }
     let report = run_with_baseline(args);
-    if args.json {
-        println!("{}", to_json(args, &report));
+    let printed = to_stdout(&if args.json {
+        format!("{}\n", to_json(args, &report))
     } else {
-        print_table(args, &report);
-    }
+        table(args, &report)
+    });
     if let Some(path) = &args.plot {
         let svg = match plot_svg(args, &report) {
             Ok(svg) => svg,
@@ -464,6 +477,9 @@ pub fn run(args: &Args) -> ExitCode {
             return ExitCode::from(2);
         }
         note!("plot written to {}", path.display());
+    }
+    if let Err(status) = printed {
+        return status;
     }
     // Exit status: correctness and the counts, as far as a slow or loaded machine cannot fake
     // them (see `correct`). Whether the rate was sustained (at least the expected expiries, and
@@ -1319,9 +1335,9 @@ fn header(args: &Args) -> String {
     .replace("w4", "W4")
 }
 
-fn print_table(args: &Args, r: &Report) {
-    println!("{}", header(args));
-    println!("machine: {}", machine_line());
+/// The report as a table (the header line, the machine line, a row per figure).
+fn table(args: &Args, r: &Report) -> String {
+    let mut out = format!("{}\nmachine: {}\n", header(args), machine_line());
     let yes = |b: bool| if b { "yes" } else { "NO" };
     let mut rows: Vec<(&str, String)> = vec![
         ("target rate (req/s)", format!("{:.0}", r.target_rate)),
@@ -1444,8 +1460,9 @@ fn print_table(args: &Args, r: &Report) {
         ),
     ]);
     for (k, v) in rows {
-        println!("  {k:<52} {v}");
+        let _ = writeln!(out, "  {k:<52} {v}");
     }
+    out
 }
 
 fn to_json(args: &Args, r: &Report) -> String {
@@ -1580,11 +1597,15 @@ fn find_max_rate(args: &Args) -> ExitCode {
             args.num
         );
     }
-    println!(
-        "{} -- searching for the highest sustained rate",
-        header(args)
-    );
-    println!("machine: {}", machine_line());
+    // Before the first probe: a standard output that cannot be written ends the search now,
+    // not after every probe has run.
+    if let Err(status) = to_stdout(&format!(
+        "{} -- searching for the highest sustained rate\nmachine: {}\n",
+        header(args),
+        machine_line()
+    )) {
+        return status;
+    }
     let mut good: Option<(f64, Report)> = None;
     let mut bad: Option<f64> = None;
     let mut rate = args.rate;
@@ -1626,32 +1647,39 @@ fn find_max_rate(args: &Args) -> ExitCode {
             }
         }
     }
-    if broken.get() > 0 {
-        println!(
-            "{} probe(s) broke exactly-once, an outcome or the counts: failed",
-            broken.get()
-        );
-        return ExitCode::FAILURE;
-    }
-    match good {
-        Some((rate, r)) => {
-            println!(
-                "highest sustained rate: {rate:.0} req/s (achieved {:.0}, {:.2} CPU s per million, peak RSS {:.1} MB){}",
-                r.achieved_rate,
-                r.cpu_s_per_million,
-                r.peak_rss as f64 / 1e6,
-                if bad.is_none() {
-                    "; every probe was sustained, so this is a lower bound (start higher with --rate)"
-                } else {
-                    ""
-                }
-            );
-            ExitCode::SUCCESS
+    let (verdict, status) = if broken.get() > 0 {
+        (
+            format!(
+                "{} probe(s) broke exactly-once, an outcome or the counts: failed",
+                broken.get()
+            ),
+            ExitCode::FAILURE,
+        )
+    } else {
+        match good {
+            Some((rate, r)) => (
+                format!(
+                    "highest sustained rate: {rate:.0} req/s (achieved {:.0}, {:.2} CPU s per million, peak RSS {:.1} MB){}",
+                    r.achieved_rate,
+                    r.cpu_s_per_million,
+                    r.peak_rss as f64 / 1e6,
+                    if bad.is_none() {
+                        "; every probe was sustained, so this is a lower bound (start higher with --rate)"
+                    } else {
+                        ""
+                    }
+                ),
+                ExitCode::SUCCESS,
+            ),
+            None => (
+                format!("no rate was sustained, down to {lowest:.0} req/s"),
+                ExitCode::FAILURE,
+            ),
         }
-        None => {
-            println!("no rate was sustained, down to {lowest:.0} req/s");
-            ExitCode::FAILURE
-        }
+    };
+    match to_stdout(&format!("{verdict}\n")) {
+        Ok(()) => status,
+        Err(status) => status,
     }
 }
 

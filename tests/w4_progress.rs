@@ -78,3 +78,66 @@ fn a_closed_stderr_does_not_end_the_run() {
         "no table: {stdout:?}"
     );
 }
+
+/// The load generator, its standard output closed before it writes anything: the status and
+/// its standard error.
+fn with_stdout_closed(args: &[&str]) -> (Option<i32>, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kafka-timer"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the load generator runs");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("it exits");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A report that cannot be written to standard output (its reader gone: `| head -1`) is an
+/// error with status 2 and a message, as a plot that cannot be written is: `println!` panicked
+/// (status 101 and a backtrace), and `--find-max-rate`, whose header comes first, ran every
+/// probe (minutes at the defaults) before panicking on its result line.
+#[test]
+fn a_closed_stdout_is_an_error_not_a_panic() {
+    let (code, stderr) = with_stdout_closed(&[
+        "--num",
+        "2000",
+        "--rate",
+        "20000",
+        "--pct50",
+        "5",
+        "--pct75",
+        "15",
+        "--timeout",
+        "50",
+        "--progress",
+        "0",
+    ]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("error: cannot write the report") && !stderr.contains("panicked"),
+        "{stderr}"
+    );
+    // The search stops at its header, before its first probe.
+    let (code, stderr) = with_stdout_closed(&[
+        "--find-max-rate",
+        "--num",
+        "2000",
+        "--rate",
+        "20000",
+        "--timeout",
+        "50",
+        "--pct50",
+        "5",
+        "--pct75",
+        "15",
+    ]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("error: cannot write the report") && !stderr.contains("  rate "),
+        "{stderr}"
+    );
+}
