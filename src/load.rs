@@ -110,7 +110,8 @@ pub enum CompleterWake {
 /// Flags of the load generator (the default command).
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
-    /// Requests to issue.
+    /// Requests to issue, at most 2^31 (refused if their tables, 65 bytes a request plus 4 a key
+    /// in the `watch` model, are more than the machine's memory).
     #[arg(long, default_value_t = 1_000_000)]
     pub num: usize,
     /// Target request rate (requests per second, 1 to 10^9).
@@ -625,7 +626,47 @@ fn validate(a: &Args) -> Result<(), String> {
     if !(a.progress >= 0.0 && a.progress.is_finite()) {
         return Err("need --progress >= 0 (seconds; 0: no progress lines)".into());
     }
-    Ok(())
+    check_memory(a, crate::measure::memory_bytes())
+}
+
+/// The bytes of the per-request tables a run with `a` builds before its clock starts: the
+/// draws, the arrival times, the completer's lags, attempts and completion log, the ready flags
+/// and (`watch` model) each request's keys. A lower bound of what the run needs (the purgatory,
+/// the calendar and the report's own tables come on top).
+fn tables_bytes(a: &Args) -> u64 {
+    use std::mem::size_of;
+    let keys = match a.model {
+        Model::Kafka => 0,
+        Model::Watch => a.keys * size_of::<u32>(),
+    };
+    let per_request = 4 * size_of::<u64>() // latency, gap, arrival, completer lag
+        + size_of::<(u32, u64)>() // the completer's attempt
+        + size_of::<Done>() // the completer's completion log
+        + size_of::<AtomicBool>() // the ready flag
+        + keys;
+    (a.num as u64).saturating_mul(per_request as u64)
+}
+
+/// Refuses a run whose per-request tables alone are more than `memory` (the machine's RAM and
+/// swap, if known): each flag within its bounds, it aborted on the failed allocation (`--model
+/// watch --keys 1024 --key-space 1024 --num 10000000`: 40 GB of keys) or was killed once its
+/// tables were filled.
+fn check_memory(a: &Args, memory: Option<u64>) -> Result<(), String> {
+    let need = tables_bytes(a);
+    match memory {
+        Some(memory) if need > memory => Err(format!(
+            "--num {} ({}): its per-request tables alone need {:.1} GB, more than this \
+             machine's memory ({:.1} GB of RAM and swap)",
+            a.num,
+            match a.model {
+                Model::Kafka => "kafka model".to_string(),
+                Model::Watch => format!("watch model, {} keys each", a.keys),
+            },
+            need as f64 / 1e9,
+            memory as f64 / 1e9
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// The expired count is the requests whose latency reached the timeout, plus at most those
@@ -1973,6 +2014,30 @@ mod tests {
             keep(&mut a);
             assert!(validate(&a).is_ok(), "case {i} refused");
         }
+    }
+
+    /// A run whose per-request tables alone (built before the clock starts) are more than the
+    /// machine's memory is refused with status 2: each flag within its bounds, `--model watch
+    /// --keys 1024 --key-space 1024 --num 10000000` aborted on a 40 GB allocation (status 134
+    /// and a backtrace), and a `--num` near its bound was killed once its tables were filled.
+    #[test]
+    fn runs_whose_tables_exceed_the_memory_are_refused() {
+        // 2^31 requests watching 1,024 keys each: 9 TB of tables, more than any machine here.
+        let mut huge = small(Model::Watch);
+        (huge.num, huge.keys, huge.key_space) = (EXPIRES as usize, MAX_KEYS, MAX_KEYS as u32);
+        let e = validate(&huge).expect_err("9 TB of tables accepted");
+        assert!(e.contains("memory"), "{e}");
+        // Against a machine of 16 GB: 10^7 requests of 1,024 keys (41 GB) refused, in the
+        // `watch` model only (the `kafka` model's requests share one set of keys); W4's default
+        // run (about 65 MB of tables) accepted; a machine of unknown memory accepts anything.
+        let gb16 = Some(16u64 << 30);
+        let mut big = huge.clone();
+        big.num = 10_000_000;
+        assert!(check_memory(&big, gb16).is_err());
+        big.model = Model::Kafka;
+        assert!(check_memory(&big, gb16).is_ok());
+        assert!(check_memory(&Args::default(), gb16).is_ok());
+        assert!(check_memory(&huge, None).is_ok());
     }
 
     /// Each way an outcome can contradict the timing is counted. A completion (not an expiry)

@@ -130,6 +130,14 @@ pub fn rss_bytes() -> u64 {
     status_kb("VmRSS:") * 1024
 }
 
+/// The machine's memory, RAM and swap (`MemTotal` + `SwapTotal` of `/proc/meminfo`), in bytes;
+/// `None` where it cannot be read.
+pub fn memory_bytes() -> Option<u64> {
+    let meminfo = std::path::Path::new("/proc/meminfo");
+    let kb = status_field(meminfo, "MemTotal:") + status_field(meminfo, "SwapTotal:");
+    (kb > 0).then(|| kb.saturating_mul(1024))
+}
+
 fn status_kb(field: &str) -> u64 {
     status_field(std::path::Path::new("/proc/self/status"), field)
 }
