@@ -771,8 +771,7 @@ impl Sampler {
         }
         self.last_sample = (now_ns, issued);
         let t = now_ns as f64 / 1e9;
-        if self.every_s > 0.0 && t >= self.next_print_s {
-            self.next_print_s += self.every_s;
+        if self.line_due(t) {
             let c = counts(issued, true);
             let line = format!(
                 "[{t:6.1}s] issued {issued:>9}  rate {:>9.0}/s  pending {:>7}  completed {:>9}  expired {:>7}",
@@ -787,6 +786,19 @@ impl Sampler {
             } else {
                 note!("{line}");
             }
+        }
+    }
+
+    /// Whether a progress line is due `t` seconds into the run; if so, the next one is due at
+    /// the end of the interval `t` is in. (One interval later than the last one due made a
+    /// generator that had slept through several owe a line for each: it printed them one per
+    /// sample, 10 ms apart.)
+    fn line_due(&mut self, t: f64) -> bool {
+        if self.every_s > 0.0 && t >= self.next_print_s {
+            self.next_print_s = ((t / self.every_s).floor() + 1.0) * self.every_s;
+            true
+        } else {
+            false
         }
     }
 
@@ -2134,6 +2146,24 @@ mod tests {
         for rate in &s.series {
             assert!((rate - 1000.0).abs() < 1e-6, "{:?}", s.series);
         }
+    }
+
+    /// Progress lines come once per interval of the run's clock at most. A generator that
+    /// slept through several intervals (a low rate) owed a line for each, and paid them back one
+    /// per 10 ms sample once polled often again (`--rate 2 --num 6 --progress 0.1`: a dozen
+    /// lines stamped 1.8 and 1.9 s, 10 ms apart).
+    #[test]
+    fn progress_lines_do_not_catch_up_on_missed_intervals() {
+        let mut s = Sampler::new(0.1);
+        // A first poll 1.85 s into the run (the generator slept until then), then one per ms
+        // for 100 ms (the end of the run, waiting for the last completions).
+        let due = (0..100)
+            .filter(|ms| s.line_due(1.85 + f64::from(*ms) / 1000.0))
+            .count();
+        assert_eq!(due, 2, "a line at 1.85 s and one at 1.9 s");
+        // Off: never a line.
+        let mut off = Sampler::new(0.0);
+        assert!(!(0..100).any(|t| off.line_due(f64::from(t))));
     }
 
     /// The exit status's counts: a request counted neither way, or fewer expiries than the
