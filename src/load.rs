@@ -1617,6 +1617,75 @@ fn to_json(args: &Args, r: &Report) -> String {
     s
 }
 
+/// What [`search_max_rate`] found: the highest rate sustained and its run's report, the lowest
+/// rate found not sustained above it (`None`: every probe was sustained), and the lowest rate
+/// tried.
+#[derive(Debug)]
+struct Search<R> {
+    good: Option<(f64, R)>,
+    bad: Option<f64>,
+    lowest: f64,
+}
+
+/// `--find-max-rate`'s search from `start`, `probe` running one rate (its report if
+/// sustained): doubles the rate while it is sustained, 12 probes at most; if even the start is
+/// not, halves it until one is, 8 probes at most; then bisects 4 times between the highest rate
+/// sustained and the lowest not. Every rate tried is one the command line takes (1 to 10^9
+/// req/s, the last step up or down stopping at the bound): it doubled past 10^9 (gaps that
+/// round to 0 ns) and halved below 1 (from `--rate 2`, runs of a request every 2, 4, ... 256 s).
+fn search_max_rate<R>(start: f64, mut probe: impl FnMut(f64) -> Option<R>) -> Search<R> {
+    let mut good = None;
+    let mut bad = None;
+    let mut rate = start;
+    let mut lowest = rate;
+    for _ in 0..12 {
+        match probe(rate) {
+            Some(r) => {
+                good = Some((rate, r));
+                if rate >= MAX_RATE {
+                    break;
+                }
+                rate = (rate * 2.0).min(MAX_RATE);
+            }
+            None => {
+                bad = Some(rate);
+                break;
+            }
+        }
+    }
+    if good.is_none() {
+        // Even the starting rate failed: search downwards.
+        let mut hi = rate;
+        for _ in 0..8 {
+            if hi <= 1.0 {
+                break;
+            }
+            let above = hi;
+            hi = (hi / 2.0).max(1.0);
+            lowest = hi;
+            if let Some(r) = probe(hi) {
+                good = Some((hi, r));
+                bad = Some(above);
+                break;
+            }
+        }
+    }
+    if let (Some(lo), Some(hi)) = (good.as_ref().map(|g| g.0), bad) {
+        let (mut lo, mut hi) = (lo, hi);
+        for _ in 0..4 {
+            let mid = (lo + hi) / 2.0;
+            match probe(mid) {
+                Some(r) => {
+                    lo = mid;
+                    good = Some((mid, r));
+                }
+                None => hi = mid,
+            }
+        }
+    }
+    Search { good, bad, lowest }
+}
+
 fn find_max_rate(args: &Args) -> ExitCode {
     // A probe that breaks correctness (not merely the rate) fails the whole search.
     let broken = std::cell::Cell::new(0usize);
@@ -1659,47 +1728,10 @@ fn find_max_rate(args: &Args) -> ExitCode {
     )) {
         return status;
     }
-    let mut good: Option<(f64, Report)> = None;
-    let mut bad: Option<f64> = None;
-    let mut rate = args.rate;
-    let mut lowest = rate;
-    for _ in 0..12 {
+    let Search { good, bad, lowest } = search_max_rate(args.rate, |rate| {
         let r = probe(rate);
-        if r.sustained {
-            good = Some((rate, r));
-            rate *= 2.0;
-        } else {
-            bad = Some(rate);
-            break;
-        }
-    }
-    if good.is_none() {
-        // Even the starting rate failed: search downwards.
-        let mut hi = rate;
-        for _ in 0..8 {
-            hi /= 2.0;
-            lowest = hi;
-            let r = probe(hi);
-            if r.sustained {
-                good = Some((hi, r));
-                bad = Some(hi * 2.0);
-                break;
-            }
-        }
-    }
-    if let (Some((lo, _)), Some(hi)) = (good.as_ref().map(|g| (g.0, ())), bad) {
-        let (mut lo, mut hi) = (lo, hi);
-        for _ in 0..4 {
-            let mid = (lo + hi) / 2.0;
-            let r = probe(mid);
-            if r.sustained {
-                lo = mid;
-                good = Some((mid, r));
-            } else {
-                hi = mid;
-            }
-        }
-    }
+        r.sustained.then_some(r)
+    });
     let (verdict, status) = if broken.get() > 0 {
         (
             format!(
@@ -1716,10 +1748,10 @@ fn find_max_rate(args: &Args) -> ExitCode {
                     r.achieved_rate,
                     r.cpu_s_per_million,
                     r.peak_rss as f64 / 1e6,
-                    if bad.is_none() {
-                        "; every probe was sustained, so this is a lower bound (start higher with --rate)"
-                    } else {
-                        ""
+                    match bad {
+                        Some(_) => "",
+                        None if rate >= MAX_RATE => "; the highest rate --rate takes",
+                        None => "; every probe was sustained, so this is a lower bound (start higher with --rate)",
                     }
                 ),
                 ExitCode::SUCCESS,
@@ -2164,6 +2196,66 @@ mod tests {
         // Off: never a line.
         let mut off = Sampler::new(0.0);
         assert!(!(0..100).any(|t| off.line_due(f64::from(t))));
+    }
+
+    /// The search for the highest rate sustained, against a machine that sustains every rate up
+    /// to a threshold: it reports the highest rate it sustained, within a sixteenth of the
+    /// bracket it found; searches down when even the start is not sustained; says when nothing
+    /// was (and how low it went) or when the top was never reached.
+    #[test]
+    fn the_rate_search_finds_the_highest_rate_sustained() {
+        let search = |start: f64, top: f64| {
+            let mut tried = Vec::new();
+            let found = search_max_rate(start, |rate| {
+                tried.push(rate);
+                (rate <= top).then_some(rate)
+            });
+            (found, tried)
+        };
+        // Up from 100,000: 200,000 sustained, 400,000 not, then bisected.
+        let (f, tried) = search(100_000.0, 300_000.0);
+        let (best, r) = f.good.expect("a rate was sustained");
+        assert_eq!(best, r, "the report is the best probe's");
+        assert_eq!(best, 300_000.0, "{tried:?}");
+        assert_eq!(f.bad, Some(400_000.0));
+        // Down: the start is not sustained; 6,250 is, 12,500 is not; bisected.
+        let (f, tried) = search(100_000.0, 10_000.0);
+        let best = f.good.expect("a rate was sustained").0;
+        assert!(
+            best <= 10_000.0 && best > 10_000.0 * 0.9,
+            "{best}: {tried:?}"
+        );
+        assert_eq!(
+            tried
+                .iter()
+                .copied()
+                .filter(|&t| t <= 10_000.0)
+                .fold(0.0, f64::max),
+            best
+        );
+        // Nothing sustained: 9 probes, the last a 256th of the start.
+        let (f, tried) = search(100_000.0, 0.0);
+        assert!(f.good.is_none() && tried.len() == 9, "{tried:?}");
+        assert_eq!(f.lowest, 100_000.0 / 256.0);
+        // Everything sustained: 12 doublings, no rate found not sustained.
+        let (f, tried) = search(1_000.0, f64::INFINITY);
+        assert_eq!((f.good.map(|g| g.0), f.bad), (Some(2_048_000.0), None));
+        assert_eq!(tried.len(), 12);
+        // The search stays within the rates the command line takes (1 to 10^9 req/s): it probed
+        // 2 x 10^9 (gaps rounding to 0 ns) and, down from 2, half a request a second and less
+        // (runs of hours).
+        for (start, top) in [(MAX_RATE / 4.0, f64::INFINITY), (2.0, 0.0), (3.0, 0.0)] {
+            let (f, tried) = search(start, top);
+            assert!(
+                tried.iter().all(|r| (1.0..=MAX_RATE).contains(r)),
+                "from {start}: {tried:?}"
+            );
+            assert!(
+                tried.contains(&MAX_RATE) || tried.contains(&1.0),
+                "from {start}, the bound is tried: {tried:?}"
+            );
+            assert!(f.lowest >= 1.0);
+        }
     }
 
     /// The exit status's counts: a request counted neither way, or fewer expiries than the
