@@ -46,10 +46,11 @@ fn harness_only_progress_counts_the_expiries() {
 /// The progress display is best effort: a reader of standard error that has gone away (a
 /// pager quit, `2>&1 >report.txt | head -1`) made the first progress line after it panic
 /// ("failed printing to stderr"): the run died with status 101 and its table, on a standard
-/// output that was fine, was never written. Standard error is closed here before the first line.
+/// output that was fine, was never written. Its standard error here is a pipe whose read end
+/// was closed before it started.
 #[test]
 fn a_closed_stderr_does_not_end_the_run() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kafka-timer"))
+    let out = Command::new(env!("CARGO_BIN_EXE_kafka-timer"))
         .args([
             "--num",
             "3000",
@@ -64,13 +65,9 @@ fn a_closed_stderr_does_not_end_the_run() {
             "--progress",
             "0.02",
         ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
+        .stderr(closed_pipe())
+        .output()
         .expect("the load generator runs");
-    // The read end of its standard error, closed: each line it writes there fails (EPIPE).
-    drop(child.stderr.take());
-    let out = child.wait_with_output().expect("it exits");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{:?}: {stdout}", out.status);
     assert!(
@@ -79,17 +76,22 @@ fn a_closed_stderr_does_not_end_the_run() {
     );
 }
 
-/// The load generator, its standard output closed before it writes anything: the status and
-/// its standard error.
+/// The write end of a pipe whose read end is closed: every write to it fails (EPIPE), from the
+/// first (closing the read end of a child's pipe after it started raced with its first write).
+fn closed_pipe() -> Stdio {
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    writer.into()
+}
+
+/// The load generator, its standard output closed from the start: the status and its standard
+/// error.
 fn with_stdout_closed(args: &[&str]) -> (Option<i32>, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kafka-timer"))
+    let out = Command::new(env!("CARGO_BIN_EXE_kafka-timer"))
         .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
+        .stdout(closed_pipe())
+        .output()
         .expect("the load generator runs");
-    drop(child.stdout.take());
-    let out = child.wait_with_output().expect("it exits");
     (
         out.status.code(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
