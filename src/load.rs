@@ -1370,10 +1370,10 @@ fn wrong_outcome(o: Outcome, arrival_ns: u64, latency_ns: u64, timeout_ns: u64) 
 
 fn header(args: &Args) -> String {
     format!(
-        "W4 purgatory load: model {:?}, {} requests at {} req/s, latency p50/p75 = {}/{} ms, timeout {} ms, {} keys of {}, tick {} ms, wheel {}, purge interval {}, {} executor(s), reaper grace {} ms, completer woken by {:?}{}",
+        "W4 purgatory load: model {:?}, {} requests at {} req/s, latency p50/p75 = {}/{} ms, timeout {} ms, {} keys of {}, tick {} ms, wheel {}, purge interval {}, {} executor(s), reaper grace {} ms, completer tick {} us, completer woken by {:?}{}, seed {}",
         args.model, args.num, args.rate, args.pct50, args.pct75, args.timeout, args.keys,
         args.key_space, args.tick_ms, args.wheel_size, args.purge_interval, args.executors,
-        args.reaper_grace_ms, args.completer_wake,
+        args.reaper_grace_ms, args.completer_tick_us, args.completer_wake,
         if args.harness_only {
             ", harness only (no purgatory)"
         } else {
@@ -1382,7 +1382,8 @@ fn header(args: &Args) -> String {
                 (Model::Watch, false) => ", no ready hints (every check locks every watcher)",
                 (Model::Kafka, _) => "",
             }
-        }
+        },
+        args.seed
     )
     .to_lowercase()
     .replace("w4", "W4")
@@ -1789,12 +1790,13 @@ fn draw_plot(svg: &mut String, args: &Args, r: &Report) -> Result<(), Box<dyn st
         (10, 8),
         ("sans-serif", 15).into_font().style(FontStyle::Bold),
     ))?;
-    root.draw(&Text::new(
-        b.trim_start_matches(", ").to_string(),
-        (10, 28),
-        ("sans-serif", 13),
-    ))?;
-    let (cdf_area, rate_area) = root.margin(50, 5, 5, 10).split_vertically(320);
+    // The flags after the tick on two lines (one ran past the figure's width).
+    let b = b.trim_start_matches(", ");
+    let (b, c) = b.split_at(b.find(", completer tick").unwrap_or(b.len()));
+    for (line, y) in [(b, 28), (c.trim_start_matches(", "), 44)] {
+        root.draw(&Text::new(line.to_string(), (10, y), ("sans-serif", 13)))?;
+    }
+    let (cdf_area, rate_area) = root.margin(64, 5, 5, 10).split_vertically(320);
 
     // Panel 1: CDF of the completion delay vs the intended time.
     let d = &r.delays;
@@ -2129,6 +2131,32 @@ mod tests {
             timeout,
             timeout
         ));
+    }
+
+    /// The table's header line (the plot's too) names every flag that changes the figures, as
+    /// the JSON does: `--seed` (the draws) and `--completer-tick-us` (the completer's wake-ups,
+    /// in the CPU figure) were missing, so the tables of runs that differed in them read the same.
+    #[test]
+    fn the_header_names_the_seed_and_the_completer_tick() {
+        let a = Args {
+            seed: 7,
+            completer_tick_us: 250,
+            ..small(Model::Kafka)
+        };
+        let h = header(&a);
+        assert!(
+            h.contains("completer tick 250 us") && h.ends_with(", seed 7"),
+            "{h}"
+        );
+        // The plot's header, on three lines.
+        let svg = plot_svg(&a, &Report::default()).expect("drawn");
+        for line in [
+            "W4 purgatory load: model kafka",
+            "tick 1 ms, wheel 20",
+            "seed 7",
+        ] {
+            assert!(svg.contains(line), "{line}: {svg}");
+        }
     }
 
     /// `Args::default()` is what the command line gives with no flags: W4's default point.
