@@ -1519,6 +1519,30 @@ fn table(args: &Args, r: &Report) -> String {
     out
 }
 
+/// `t` as a JSON string: quoted, with `"`, `\` and the control characters escaped (RFC 8259
+/// §7). The machine line comes from files of the system (`/proc/cpuinfo`, the kernel's
+/// release): a control character there (a tab in a CPU's name) made the object invalid JSON,
+/// when only `"` and `\` were escaped.
+fn json_string(t: &str) -> String {
+    let mut out = String::with_capacity(t.len() + 2);
+    out.push('"');
+    for c in t.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if u32::from(c) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
 fn to_json(args: &Args, r: &Report) -> String {
     let mut s = String::from("{");
     let mut field = |k: &str, v: String| {
@@ -1527,7 +1551,7 @@ fn to_json(args: &Args, r: &Report) -> String {
         }
         let _ = write!(s, "\"{k}\":{v}");
     };
-    let q = |t: &str| format!("\"{}\"", t.replace('\\', "\\\\").replace('"', "\\\""));
+    let q = json_string;
     field("workload", q("W4"));
     field("machine", q(&machine_line()));
     field("model", q(&r.model));
@@ -1872,6 +1896,24 @@ fn draw_plot(svg: &mut String, args: &Args, r: &Report) -> Result<(), Box<dyn st
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every character JSON requires escaped is (RFC 8259 §7: `"`, `\` and U+0000..U+001F);
+    /// the rest pass through. Only `"` and `\` were: a tab or a newline in the machine line
+    /// (read from system files) went out raw, and the object was not valid JSON.
+    #[test]
+    fn json_strings_escape_quotes_backslashes_and_control_characters() {
+        assert_eq!(json_string("W4"), r#""W4""#);
+        assert_eq!(json_string(r#"a"b\c"#), r#""a\"b\\c""#);
+        assert_eq!(json_string("AMD\tEPYC\n"), r#""AMD\tEPYC\n""#);
+        assert_eq!(json_string("\r\u{0}\u{1f}"), r#""\r\u0000\u001f""#);
+        assert_eq!(json_string("\u{7f}é ∞"), "\"\u{7f}é ∞\"");
+        let all: String = (0u8..0x20).map(char::from).collect();
+        let escaped = json_string(&all);
+        assert!(
+            escaped.chars().all(|c| u32::from(c) >= 0x20),
+            "a raw control character: {escaped:?}"
+        );
+    }
 
     fn small(model: Model) -> Args {
         Args {
