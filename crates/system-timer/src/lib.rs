@@ -73,7 +73,6 @@ mod clock;
 mod error;
 mod handle;
 mod parker;
-#[cfg(not(loom))]
 mod reaper;
 mod stats;
 mod sync;

@@ -1,6 +1,10 @@
 //! The only code that blocks: the reaper thread, the executor threads, and the blocking
-//! [`advance_clock`]. Compiled out under loom (models drive the timer with `advance_to`, and the
-//! reaper's turn, `Inner::reaper_step`, which with the [`Parker`] is compiled under loom too).
+//! [`advance_clock`]. Under loom no reaper thread runs (models drive the timer with `advance_to`,
+//! and the reaper's turn, `Inner::reaper_step`, which with the [`Parker`] is compiled under loom
+//! too); the executors and their [`Semaphore`], and [`advance_clock`], are compiled as they are,
+//! for the models of `tests/loom_timer.rs` (a timer built with `Builder::model_executors` starts
+//! its executors as loom threads). Not under loom: the clock's waker (`Weak`), and the shutdown
+//! finished on a thread of its own ([`shutdown_elsewhere`]; under loom `stop` never defers).
 //!
 //! # The reaper's sleep
 //!
@@ -29,7 +33,9 @@ use crossbeam_channel::{Receiver, TryRecvError};
 use crate::clock::Clock;
 use crate::sync::atomic::Ordering;
 use crate::sync::thread::{spawn_named, JoinHandle};
-use crate::sync::{Arc, Condvar, Mutex, Weak};
+#[cfg(not(loom))]
+use crate::sync::Weak;
+use crate::sync::{Arc, Condvar, Mutex};
 
 #[allow(unused_imports)] // the module docs' link
 use crate::parker::Parker;
@@ -134,6 +140,7 @@ impl Threads {
 /// the pending and ready tasks here, after releasing every lock; the timer's threads are left
 /// to stop on their own (the reaper sees `stopping`, the executors a closed channel),
 /// detached.
+#[cfg(not(loom))]
 pub(crate) fn shutdown_elsewhere<T: TimerTask>(inner: Arc<Inner<T>>, threads: Threads) {
     // The wheel is closed here, before the caller returns, as a joining shutdown closes it
     // before it returns: later adds fail, and cancels and takes find nothing. (Left to the
@@ -172,12 +179,12 @@ pub(crate) fn shutdown_elsewhere<T: TimerTask>(inner: Arc<Inner<T>>, threads: Th
 }
 
 /// Tests make this thread's `shutdown_elsewhere` find its thread unspawnable.
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 fn spawn_refused_by_test() -> bool {
     tests::FAIL_SHUTDOWN_SPAWN.with(std::cell::Cell::get)
 }
 
-#[cfg(not(test))]
+#[cfg(all(not(test), not(loom)))]
 #[inline(always)]
 fn spawn_refused_by_test() -> bool {
     false
@@ -196,7 +203,12 @@ pub(crate) fn on_timer_thread(id: u32) -> bool {
 
 /// Marks the calling thread as a thread of timer `id` (first thing in the reaper and executors).
 fn mark_timer_thread(id: u32) {
+    // Not under loom: there every model thread is on one OS thread, whose std thread-locals
+    // they all share (and nothing under loom asks `on_timer_thread`).
+    #[cfg(not(loom))]
     let _ = TIMER_THREAD.try_with(|t| t.set(id));
+    #[cfg(loom)]
+    let _ = id;
 }
 
 /// Set once a shutdown has finished (the reaper and executors joined, every task handed back or
@@ -264,12 +276,15 @@ pub(crate) fn start<T: TimerTask>(
     receiver: Option<Receiver<Vec<Job<T>>>>,
 ) -> std::io::Result<Threads> {
     let mut threads = Threads::default();
-    let parker = Arc::clone(&inner.parker);
-    let waker: Arc<dyn Fn() + Send + Sync> = Arc::new(move || parker.unpark());
-    inner
-        .clock
-        .subscribe(Arc::downgrade(&waker) as Weak<dyn Fn() + Send + Sync>);
-    threads.waker = Some(waker);
+    #[cfg(not(loom))]
+    {
+        let parker = Arc::clone(&inner.parker);
+        let waker: Arc<dyn Fn() + Send + Sync> = Arc::new(move || parker.unpark());
+        inner
+            .clock
+            .subscribe(Arc::downgrade(&waker) as Weak<dyn Fn() + Send + Sync>);
+        threads.waker = Some(waker);
+    }
     if let Some(rx) = receiver {
         for i in 0..executors {
             let (inner2, rx) = (Arc::clone(inner), rx.clone());
@@ -321,6 +336,7 @@ fn executor_loop<T: TimerTask>(inner: &Inner<T>, rx: &Receiver<Vec<Job<T>>>) {
     // (which would leave an idle executor asleep while a batch waits).
     let mut holds_permit = false;
     loop {
+        inner.channel.op();
         let batch = match rx.try_recv() {
             Ok(batch) => {
                 if !std::mem::take(&mut holds_permit) {
@@ -382,7 +398,7 @@ pub(crate) fn advance_clock<T: TimerTask>(inner: &Inner<T>, timeout: Duration) -
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 #[allow(clippy::disallowed_types)] // tests use std's locks and atomics freely
 mod tests {
     use std::cell::Cell;

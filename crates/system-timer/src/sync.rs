@@ -1,9 +1,10 @@
 //! Synchronisation shim: parking_lot + std normally, loom under `--cfg loom`.
 //!
 //! The only module of the crate that names `parking_lot`, `std::sync`, `std::thread` or `loom`
-//! (`clippy.toml` bans them elsewhere). Both halves expose the same surface, except `thread`
-//! and `Weak`, which only the reaper and executors use: those are compiled out under loom, where
-//! models drive the timer by hand. `Condvar` is in both: the reaper's `Parker` is modelled.
+//! (`clippy.toml` bans them elsewhere). Both halves expose the same surface, except `Weak`
+//! (the clock's waker, not modelled) and `thread_yield`'s loom meaning. `Condvar` is in both:
+//! the reaper's `Parker` and the executors' semaphore are modelled; so is `thread`, under loom
+//! for the executor threads a model's timer may start (`Builder::model_executors`).
 #![allow(
     dead_code,
     unused_imports,
@@ -78,6 +79,19 @@ mod imp {
     pub(crate) fn thread_yield() {
         std::thread::yield_now();
     }
+
+    /// Under loom, makes the executors' channel visible to loom (see the loom half); nothing
+    /// here.
+    #[derive(Debug, Default)]
+    pub(crate) struct ChannelTrace;
+
+    impl ChannelTrace {
+        pub(crate) fn new() -> Self {
+            ChannelTrace
+        }
+        #[inline(always)]
+        pub(crate) fn op(&self) {}
+    }
 }
 
 #[cfg(loom)]
@@ -141,6 +155,48 @@ mod imp {
     /// Gives up the CPU in a wait loop (lets loom run the thread being waited for).
     pub(crate) fn thread_yield() {
         loom::thread::yield_now();
+    }
+
+    /// Makes the operations on the executors' crossbeam channel visible to loom, which does not
+    /// see crossbeam's own atomics: [`op`](Self::op), called right before each send, receive
+    /// and disconnection, is a read-modify-write of one loom atomic, and the channel operation
+    /// runs with it (loom switches threads only at its own operations). So loom orders any two
+    /// channel operations as it orders their `op`s, exploring both orders of a send and a
+    /// receive (without it, it saw no conflict between them and tried one order only), and a
+    /// receive that finds a batch happens after its send, as crossbeam's release and acquire
+    /// make it.
+    #[derive(Debug)]
+    pub(crate) struct ChannelTrace(loom::sync::atomic::AtomicUsize);
+
+    impl Default for ChannelTrace {
+        fn default() -> Self {
+            Self::new()
+        }
+    }
+
+    impl ChannelTrace {
+        pub(crate) fn new() -> Self {
+            Self(loom::sync::atomic::AtomicUsize::new(0))
+        }
+        pub(crate) fn op(&self) {
+            self.0.fetch_add(1, loom::sync::atomic::Ordering::AcqRel);
+        }
+    }
+
+    /// Loom threads: the executors of a model's timer ([`Builder::model_executors`]).
+    ///
+    /// [`Builder::model_executors`]: crate::Builder::model_executors
+    pub(crate) mod thread {
+        pub(crate) use loom::thread::JoinHandle;
+
+        /// Spawns a named loom thread.
+        pub(crate) fn spawn_named<F, R>(name: String, f: F) -> std::io::Result<JoinHandle<R>>
+        where
+            F: FnOnce() -> R + Send + 'static,
+            R: Send + 'static,
+        {
+            loom::thread::Builder::new().name(name).spawn(f)
+        }
     }
 }
 

@@ -72,7 +72,6 @@ pub(crate) enum Dispatch<T> {
     /// Executor threads, over a channel. Jobs travel in batches (one message per advance, split
     /// across the executors): a message per task would make the receivers spin and park once
     /// per task.
-    #[cfg(not(loom))]
     Executor(crossbeam_channel::Sender<Vec<Job<T>>>),
     /// Run by whoever advances next: tasks due at add time wait here (the reaper is woken).
     Inline(Vec<Job<T>>),
@@ -133,8 +132,10 @@ pub(crate) struct Inner<T> {
     /// Where the reaper sleeps (and `advance_clock` callers): see `parker.rs`.
     pub(crate) parker: Arc<crate::parker::Parker>,
     /// Where idle executors sleep; a permit per batch sent.
-    #[cfg(not(loom))]
     pub(crate) idle_executors: crate::reaper::Semaphore,
+    /// Under loom, the executors' channel made visible to loom: see `sync::ChannelTrace`
+    /// (nothing otherwise). `op()` right before each send, receive and drop of the sender.
+    pub(crate) channel: crate::sync::ChannelTrace,
     /// Set when the shutdown has finished (see [`SystemTimer::shutdown`]).
     #[cfg(not(loom))]
     pub(crate) finished: crate::reaper::Finished,
@@ -191,7 +192,6 @@ pub(crate) struct Inner<T> {
 /// ```
 pub struct SystemTimer<T: TimerTask = Task> {
     inner: Arc<Inner<T>>,
-    #[cfg(not(loom))]
     threads: Mutex<crate::reaper::Threads>,
 }
 
@@ -225,6 +225,9 @@ pub struct Builder<T: TimerTask = Task> {
     reaper: bool,
     reaper_grace: Duration,
     shards: Option<usize>,
+    /// Under loom: keep executor mode (see [`model_executors`](Self::model_executors)).
+    #[cfg(loom)]
+    model_executors: bool,
     _task: std::marker::PhantomData<fn(T)>,
 }
 
@@ -245,6 +248,8 @@ impl<T: TimerTask> Builder<T> {
             reaper: true,
             reaper_grace: Duration::ZERO,
             shards: None,
+            #[cfg(loom)]
+            model_executors: false,
             _task: std::marker::PhantomData,
         }
     }
@@ -306,6 +311,18 @@ impl<T: TimerTask> Builder<T> {
     /// Names the threads (`<name>-reaper`, `<name>-executor-<i>`).
     pub fn name(mut self, name: &str) -> Self {
         self.name = name.into();
+        self
+    }
+
+    /// For loom models only: build in executor mode (without it, a loom build runs the tasks
+    /// inline, whatever was asked), with [`executor_threads`](Self::executor_threads) executors
+    /// (default 1) started as loom threads, which the timer's shutdown wakes and joins, as it
+    /// joins real ones. Mind loom's limit of 4 spawned threads per model.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn model_executors(mut self) -> Self {
+        self.model_executors = true;
+        self.inline = false;
         self
     }
 
@@ -375,7 +392,7 @@ impl<T: TimerTask> Builder<T> {
     /// [`MAX_EXECUTOR_THREADS`](crate::MAX_EXECUTOR_THREADS), a failed thread
     /// spawn (or a [`name`](Self::name) with a NUL byte, which no thread can have), or (under
     /// `--cfg loom`) a reaper. (Under loom, executors are not an error: the timer runs its tasks
-    /// inline instead.)
+    /// inline instead, unless a model asked for loom executor threads.)
     ///
     /// ```
     /// use std::time::Duration;
@@ -407,9 +424,12 @@ impl<T: TimerTask> Builder<T> {
         if cfg!(loom) && self.reaper {
             return Err(BuildError::LoomNeedsManualDriving);
         }
-        // Loom cannot model executor threads: a model's timer always runs its tasks inline, on
-        // the thread that calls `advance*`.
-        let inline = self.inline || cfg!(loom);
+        // Under loom a model's timer runs its tasks inline, on the thread that calls `advance*`,
+        // unless the model asked for loom executor threads (`model_executors`).
+        #[cfg(not(loom))]
+        let inline = self.inline;
+        #[cfg(loom)]
+        let inline = self.inline || !self.model_executors;
         let clock = match self.clock {
             Some(clock) => TimerClock::Other(clock),
             None => TimerClock::System(SystemClock::new()),
@@ -419,15 +439,12 @@ impl<T: TimerTask> Builder<T> {
             Some(s) => ConcurrentWheel::with_shards(tick_ns, self.wheel_size, start, s)?,
             None => ConcurrentWheel::new(tick_ns, self.wheel_size, start)?,
         };
-        #[cfg(not(loom))]
         let (dispatch, receiver) = if inline {
             (Dispatch::Inline(Vec::new()), None)
         } else {
             let (tx, rx) = crossbeam_channel::unbounded();
             (Dispatch::Executor(tx), Some(rx))
         };
-        #[cfg(loom)]
-        let dispatch = Dispatch::Inline(Vec::new());
         // A plain std atomic: an id source, not a synchronisation point loom needs to see.
         static NEXT_ID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
         let inner = Arc::new(Inner {
@@ -456,24 +473,18 @@ impl<T: TimerTask> Builder<T> {
             parker: Arc::new(crate::parker::Parker::new(
                 self.reaper && self.reaper_grace > Duration::ZERO,
             )),
-            #[cfg(not(loom))]
             idle_executors: crate::reaper::Semaphore::default(),
+            channel: crate::sync::ChannelTrace::new(),
             #[cfg(not(loom))]
             finished: crate::reaper::Finished::default(),
             name: self.name,
         });
-        #[cfg(not(loom))]
-        {
-            let threads =
-                crate::reaper::start(&inner, self.reaper, self.executor_threads, receiver)
-                    .map_err(|e| BuildError::Spawn(e.to_string()))?;
-            Ok(SystemTimer {
-                inner,
-                threads: Mutex::new(threads),
-            })
-        }
-        #[cfg(loom)]
-        Ok(SystemTimer { inner })
+        let threads = crate::reaper::start(&inner, self.reaper, self.executor_threads, receiver)
+            .map_err(|e| BuildError::Spawn(e.to_string()))?;
+        Ok(SystemTimer {
+            inner,
+            threads: Mutex::new(threads),
+        })
     }
 }
 
@@ -800,7 +811,6 @@ impl<T: TimerTask> SystemTimer<T> {
     /// manual clock, until the clock is moved far enough) for a task to become due, then
     /// advances. Returns true if at least one task was dispatched. For callers who run no reaper
     /// thread; do not combine with a running reaper.
-    #[cfg(not(loom))]
     pub fn advance_clock(&self, timeout: Duration) -> bool {
         crate::reaper::advance_clock(&self.inner, timeout)
     }
@@ -944,7 +954,8 @@ impl<T: TimerTask> SystemTimer<T> {
         #[cfg(loom)]
         {
             let _ = background;
-            inner.finish_shutdown()
+            let threads = std::mem::take(&mut *self.threads.lock());
+            inner.finish_shutdown(threads)
         }
     }
 
@@ -1028,7 +1039,6 @@ impl<T: TimerTask> fmt::Debug for SystemTimer<T> {
 }
 
 /// Splits a batch into at most `parts` batches of near-equal size (one per executor thread).
-#[cfg(not(loom))]
 fn split<J>(mut jobs: Vec<J>, parts: usize) -> Vec<Vec<J>> {
     let parts = parts.clamp(1, jobs.len().max(1));
     let size = jobs.len().div_ceil(parts);
@@ -1207,10 +1217,10 @@ impl<T: TimerTask> Inner<T> {
     fn dispatch_now(&self, job: Job<T>) -> Result<(), ScheduleError<T>> {
         let mut d = self.dispatch.lock();
         match &mut *d {
-            #[cfg(not(loom))]
             Dispatch::Executor(tx) => {
                 self.stats.immediate.fetch_add(1, Ordering::Relaxed);
                 self.stats.dispatched.fetch_add(1, Ordering::Release);
+                self.channel.op();
                 if let Err(e) = tx.send(vec![job]) {
                     // Receivers gone means the executors died; never drop a task silently.
                     self.stats.immediate.fetch_sub(1, Ordering::Relaxed);
@@ -1340,7 +1350,6 @@ impl<T: TimerTask> Inner<T> {
             }
             self.keep_spare(jobs);
         } else {
-            #[cfg(not(loom))]
             self.send_to_executors(jobs);
         }
     }
@@ -1358,12 +1367,14 @@ impl<T: TimerTask> Inner<T> {
     }
 
     /// Sends jobs to the executor threads, in one batch per executor.
-    #[cfg(not(loom))]
     fn send_to_executors(&self, jobs: Vec<Job<T>>) {
         let sent = match &*self.dispatch.lock() {
             Dispatch::Executor(tx) => split(jobs, self.executors)
                 .into_iter()
-                .map(|batch| tx.send(batch).map_err(|e| self.hand_back(e.into_inner())))
+                .map(|batch| {
+                    self.channel.op();
+                    tx.send(batch).map_err(|e| self.hand_back(e.into_inner()))
+                })
                 .filter(Result::is_ok)
                 .count(),
             // Unreachable while `running` is raised (shutdown waits for it), but never lose a
@@ -1378,7 +1389,6 @@ impl<T: TimerTask> Inner<T> {
     }
 
     /// Keeps jobs that could not be dispatched for shutdown to return.
-    #[cfg(not(loom))]
     fn hand_back(&self, jobs: Vec<Job<T>>) {
         self.stats
             .returned
@@ -1468,19 +1478,14 @@ impl<T: TimerTask> Inner<T> {
     /// The rest of [`SystemTimer::shutdown`], once `stopping` is set: joins the reaper, closes
     /// the wheel, waits for advances in flight, closes the dispatch, joins the executors, and
     /// returns every task that neither ran nor was cancelled.
-    pub(crate) fn finish_shutdown(
-        &self,
-        #[cfg(not(loom))] mut threads: crate::reaper::Threads,
-    ) -> Vec<T> {
+    pub(crate) fn finish_shutdown(&self, mut threads: crate::reaper::Threads) -> Vec<T> {
         // Step 1: wake the reaper (it sees `stopping` and returns) and join it.
         self.parker.unpark();
-        #[cfg(not(loom))]
         threads.join_reaper();
         let mut out = Vec::new();
         self.close_wheel(&mut out);
         self.wait_idle();
         self.close_dispatch(&mut out);
-        #[cfg(not(loom))]
         threads.join_executors(self);
         out.append(&mut self.returned.lock());
         #[cfg(not(loom))]
@@ -1509,8 +1514,10 @@ impl<T: TimerTask> Inner<T> {
                     .fetch_add(jobs.len() as u64, Ordering::Release);
                 out.extend(jobs.into_iter().map(|j| j.task));
             }
-            #[cfg(not(loom))]
-            Dispatch::Executor(tx) => drop(tx),
+            Dispatch::Executor(tx) => {
+                self.channel.op();
+                drop(tx);
+            }
             Dispatch::Closed => {}
         }
     }

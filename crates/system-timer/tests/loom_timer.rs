@@ -13,7 +13,10 @@
 //! sleep on the modelled `Parker`); either way a task runs inline on the thread that advanced
 //! the timer. The models of the grace path (a timer with a reaper grace, whose reaper publishes
 //! help for callers of `advance_if_due` and sleeps on an alarm that their advances move) read
-//! the alarm as the parker records it under loom (`sleeping_reaper`). Every task is
+//! the alarm as the parker records it under loom (`sleeping_reaper`). The models of the
+//! executors build their timer in executor mode instead (`model_executors`, hidden: its
+//! executor threads are loom threads, which its shutdown joins): due tasks go over the channel
+//! to them, and idle ones sleep on the semaphore. Every task is
 //! a [`Probe`] holding loom `Arc`s (the clock and the run log), so a task the timer leaks fails
 //! the model as "Arc leaked."; each task that runs appends a [`Run`] to the log (under a loom
 //! mutex, so the log's order is the order in which the tasks really ran), and the models account
@@ -51,13 +54,27 @@ const MAX_BRANCHES: usize = 10_000;
 ///
 /// `loom::model::Builder::check` logs nothing (only `loom::model` installs the `tracing`
 /// subscriber that `LOOM_LOG` needs), so this prints the number of executions itself.
+fn model(expected: &'static [&'static str], f: impl Fn() -> &'static str + Sync + Send + 'static) {
+    model_bounded(None, expected, f);
+}
+
+/// [`model`] with at most `bound` preemptions per execution (`LOOM_MAX_PREEMPTIONS` may lower
+/// it further): for a model whose state space at CI's bound outgrows its time budget (about
+/// 10 s).
 // The tally and the timing are the harness's, outside the model: std on purpose.
 #[allow(clippy::disallowed_types, clippy::disallowed_methods)]
-fn model(expected: &'static [&'static str], f: impl Fn() -> &'static str + Sync + Send + 'static) {
+fn model_bounded(
+    bound: Option<usize>,
+    expected: &'static [&'static str],
+    f: impl Fn() -> &'static str + Sync + Send + 'static,
+) {
     // Outside the model (std, not loom): only counts executions and outcomes.
     let outcomes = std::sync::Arc::new(std::sync::Mutex::new(BTreeMap::<&str, usize>::new()));
     let mut builder = loom::model::Builder::new();
     builder.max_branches = builder.max_branches.max(MAX_BRANCHES);
+    if let Some(bound) = bound {
+        builder.preemption_bound = Some(builder.preemption_bound.map_or(bound, |b| b.min(bound)));
+    }
     let seen = std::sync::Arc::clone(&outcomes);
     let started = std::time::Instant::now();
     builder.check(move || {
@@ -1219,4 +1236,234 @@ fn a_helper_races_the_reapers_own_turn() {
             "the reaper ran it"
         }
     });
+}
+
+// ===== The executors: batches over the channel, idle executors asleep on the semaphore =====
+
+/// What the executor models' tasks ([`Meet`]) write: the ids of the tasks that started, in the
+/// order they started, and a condvar to wait for one.
+#[derive(Default)]
+struct Board {
+    started: Mutex<Vec<u32>>,
+    cv: loom::sync::Condvar,
+}
+
+impl Board {
+    /// Waits until `n` tasks have started; returns their ids in the order they started. Blocks
+    /// on a loom condvar: if no executor will ever run them, loom reports a deadlock.
+    fn wait_for(&self, n: usize) -> Vec<u32> {
+        let mut s = self.started.lock().unwrap();
+        while s.len() < n {
+            s = self.cv.wait(s).unwrap();
+        }
+        s.clone()
+    }
+}
+
+/// A task of the executor models: notes its start on the [`Board`], then, with `after`, blocks
+/// its executor until task `after` has started (so that only another executor can run it).
+struct Meet {
+    id: u32,
+    after: Option<u32>,
+    board: Arc<Board>,
+}
+
+impl TimerTask for Meet {
+    fn run(self) {
+        let mut s = self.board.started.lock().unwrap();
+        s.push(self.id);
+        self.board.cv.notify_all();
+        if let Some(other) = self.after {
+            while !s.contains(&other) {
+                s = self.board.cv.wait(s).unwrap();
+            }
+        }
+    }
+}
+
+impl fmt::Debug for Meet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Meet({})", self.id)
+    }
+}
+
+/// A timer in executor mode (tick 1 ms, wheel size 8, one shard, no reaper): due tasks go over
+/// the channel to `executors` executor threads, started by `build` as loom threads (the hidden
+/// `model_executors`), which the timer's shutdown wakes and joins.
+fn executor_timer<T: TimerTask>(clock: &ManualClock, executors: usize) -> SystemTimer<T> {
+    Builder::<T>::new()
+        .tick(MS)
+        .wheel_size(8)
+        .clock(clock.clone())
+        .shards(1)
+        .reaper(false)
+        .executor_threads(executors)
+        .model_executors()
+        .build()
+}
+
+/// The dispatcher's hand-off to idle executors (`reaper.rs`: the semaphore, `executor_loop`):
+/// two tasks due in one advance go out as two batches to two executors, each batch followed by
+/// a permit. Each task blocks its executor until the other has started, so both must run at
+/// once (whichever batch an executor takes first):
+/// each batch must wake an idle executor, and an executor that took a batch must not also take
+/// the permit sent with the other (which would leave the other executor asleep while a batch
+/// waits). A permit released between an executor's empty look at the channel and its sleep must
+/// end that sleep. Any of these lost leaves an executor asleep with a batch waiting, and loom
+/// reports a deadlock. Then a shutdown with both executors idle (asleep or about to be) wakes
+/// and joins them, and hands back nothing.
+///
+/// Catches: the permits released before the batches are sent; an executor that received a
+/// batch taking a permit although it holds the one it slept for; `release(n)` waking one
+/// sleeper instead of `n`; `acquire` rechecking the count with `if` instead of `while` (a
+/// permit taken by another executor in between: the count underflows); shutdown joining the
+/// executors without waking them.
+#[test]
+fn each_batch_wakes_an_idle_executor() {
+    // Three executors' worth of threads: at 4 preemptions, 130 000 executions (about 30 s).
+    model_bounded(Some(3), &["1 started first", "2 started first"], || {
+        let clock = ManualClock::new(0);
+        let board = Arc::new(Board::default());
+        let timer = executor_timer::<Meet>(&clock, 2);
+        for (id, after) in [(1, Some(2)), (2, Some(1))] {
+            let board = Arc::clone(&board);
+            timer.add(MS, Meet { id, after, board }).unwrap();
+        }
+        set_clock(&clock, 1);
+        assert_eq!(timer.advance(), 2);
+
+        let started = board.wait_for(2);
+        // The shutdown's interleavings are not explored (`shutdown_races_executor_dispatch`
+        // models them): with both tasks started, every execution ends the same way. (Not the
+        // setup's: an executor asleep before the advance is the state that matters.)
+        loom::stop_exploring();
+        assert!(timer.shutdown().is_empty());
+        assert_eq!(timer.len(), 0);
+        timer.check_invariants();
+        assert_eq!(timer.stats().fired, 2);
+        if started == [1, 2] {
+            "1 started first"
+        } else {
+            "2 started first"
+        }
+    });
+}
+
+/// A task already due when added is sent to the executors at once, from the adding thread, with
+/// a permit (`dispatch_now`), while the only executor looks at the channel and goes to sleep:
+/// the task runs, without any advance. A permit lost, or released before the task is sent, leaves
+/// the executor asleep with the task waiting, and loom reports a deadlock.
+///
+/// Catches: `dispatch_now` not releasing a permit, or releasing it before the send.
+#[test]
+fn a_due_add_wakes_an_idle_executor() {
+    model(&["ran"], || {
+        let clock = ManualClock::new(0);
+        let board = Arc::new(Board::default());
+        let timer = executor_timer::<Meet>(&clock, 1);
+        let board2 = Arc::clone(&board);
+        timer
+            .add(
+                Duration::ZERO,
+                Meet {
+                    id: 1,
+                    after: None,
+                    board: board2,
+                },
+            )
+            .unwrap();
+        assert_eq!(board.wait_for(1), [1]);
+        assert!(timer.shutdown().is_empty());
+        timer.check_invariants();
+        "ran"
+    });
+}
+
+/// What became of a task in [`shutdown_races_executor_dispatch`].
+fn fate(id: u32, ran: &[Run], returned: &[u32], refused: &[u32]) -> &'static str {
+    let ran = ran.iter().filter(|r| r.id == id).count();
+    let returned = returned.iter().filter(|&&r| r == id).count();
+    let refused = refused.iter().filter(|&&r| r == id).count();
+    match (ran, returned, refused) {
+        (1, 0, 0) => "ran",
+        (0, 1, 0) => "handed back",
+        (0, 0, 1) => "refused",
+        _ => panic!("task {id}: ran {ran}, handed back {returned}, refused {refused} times"),
+    }
+}
+
+/// `shutdown` races the executor path. `due_add` false: main advances the wheel past task 1,
+/// which goes to the one executor as a batch; true: main adds task 1 already due, which goes to
+/// it at once (`dispatch_now`). Meanwhile a thread shuts the timer down: it closes the wheel and
+/// the dispatch, then wakes the executor, which hands back every job it receives once
+/// `stopping` is set, drains the channel and is joined. The task ends exactly one way: ran
+/// (before `shutdown` returned), handed back by `shutdown` (from the wheel, or by the
+/// executor), or refused by its `add`. Nothing runs after `shutdown` returns, and the shutdown
+/// returns (the executor is woken, never left asleep).
+fn shutdown_races_executor_dispatch(
+    due_add: bool,
+    bound: Option<usize>,
+    expected: &'static [&'static str],
+) {
+    model_bounded(bound, expected, move || {
+        let clock = ManualClock::new(0);
+        let log = new_log();
+        let timer = Arc::new(executor_timer::<Probe>(&clock, 1));
+        if !due_add {
+            timer.add(MS, probe(1, &clock, &log)).unwrap();
+            set_clock(&clock, 1);
+        }
+
+        let stopper = {
+            let (timer, log) = (Arc::clone(&timer), Arc::clone(&log));
+            thread::spawn(move || {
+                let returned = ids(&timer.shutdown());
+                (returned, runs(&log).len())
+            })
+        };
+        let mut refused = vec![];
+        if due_add {
+            match timer.add(Duration::ZERO, probe(1, &clock, &log)) {
+                Ok(_) => {}
+                Err(ScheduleError::Shutdown(task)) => refused.push(task.id),
+                Err(e) => panic!("{e:?}"),
+            }
+        } else {
+            timer.advance();
+        }
+        let (returned, ran_by_return) = stopper.join().unwrap();
+
+        let ran = runs(&log);
+        assert_eq!(
+            ran.len(),
+            ran_by_return,
+            "a task ran after shutdown returned"
+        );
+        assert_eq!(timer.len(), 0);
+        timer.check_invariants();
+        fate(1, &ran, &returned, &refused)
+    });
+}
+
+/// [`shutdown_races_executor_dispatch`] for a task the advance sends to the executor.
+///
+/// Catches: the executors joined without a permit each (asleep for ever: a deadlock); the
+/// executors joined before the dispatch is closed (they never see the channel disconnected: a
+/// deadlock); the executors' hand-backs collected before the executors are joined (a task
+/// handed back after is lost).
+#[test]
+fn shutdown_races_an_advance_to_the_executors() {
+    // At 4 preemptions, 164 000 executions (about 30 s).
+    shutdown_races_executor_dispatch(false, Some(3), &["handed back", "ran"]);
+}
+
+/// [`shutdown_races_executor_dispatch`] for a task already due when added, sent to the
+/// executor at once.
+///
+/// Catches: as [`shutdown_races_an_advance_to_the_executors`]; and an executor that runs the
+/// jobs it receives once `stopping` is set instead of handing them back (here only the
+/// executor can hand the task back: "handed back" is never reached).
+#[test]
+fn shutdown_races_a_due_add_to_the_executors() {
+    shutdown_races_executor_dispatch(true, None, &["handed back", "ran", "refused"]);
 }
