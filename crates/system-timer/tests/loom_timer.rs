@@ -1467,3 +1467,70 @@ fn shutdown_races_an_advance_to_the_executors() {
 fn shutdown_races_a_due_add_to_the_executors() {
     shutdown_races_executor_dispatch(true, None, &["handed back", "ran", "refused"]);
 }
+
+// ===== `advance_clock`: callers who run no reaper sleep on the parker's epoch =====
+
+/// `advance_clock` (Kafka's `advanceClock(timeout)`) reads the parker's epoch before it looks at
+/// the wheel, and sleeps (`Parker::park_since`) only while no `unpark` came since. The clock is
+/// at 5 ms and the wheel was never advanced, so a task with deadline 3 ms goes into a bucket
+/// that is due already, and the add unparks (the bucket is the earliest). A thread in
+/// `advance_clock(100 ms)` either finds the bucket at a look and runs it, or sleeps and the
+/// add's unpark ends that sleep: either way it returns true, the task having run once. A
+/// wake-up lost between its reading of the epoch and its sleep leaves it asleep for ever (under
+/// loom a timed wait is a plain wait; the manual clock does not move), which loom reports as a
+/// deadlock.
+///
+/// Catches: the epoch read after the look at the wheel; `park_since` sleeping without
+/// comparing the epoch; `unpark` not bumping the epoch.
+#[test]
+fn a_due_add_wakes_advance_clock() {
+    model(&["ran"], || {
+        let clock = ManualClock::new(0);
+        let log = new_log();
+        let timer = Arc::new(timer(&clock, 4));
+        set_clock(&clock, 5);
+
+        let caller = {
+            let timer = Arc::clone(&timer);
+            thread::spawn(move || timer.advance_clock(100 * MS))
+        };
+        let h = timer.add_at(3 * MS, probe(1, &clock, &log)).unwrap();
+        assert!(caller.join().unwrap(), "advance_clock ran the task");
+
+        assert_eq!(runs(&log), [Run { id: 1, now_ms: 5 }]);
+        assert_handle(&h, true, false, false);
+        assert_eq!(timer.len(), 0);
+        timer.check_invariants();
+        "ran"
+    });
+}
+
+/// Two threads in `advance_clock` with nothing queued (each asleep in `park_since`, or about to
+/// be) while `shutdown` sets `stopping` and unparks: both return false. The unpark must wake
+/// every sleeper (`notify_all`: any number of `advance_clock` callers, and the reaper, share the
+/// condvar), and a caller that read the epoch before the unpark and looks at `stopping` after
+/// it must not sleep. A caller left asleep is reported by loom as a deadlock.
+///
+/// Catches: `unpark` waking one sleeper (`notify_one`); `advance_clock` reading the epoch
+/// after its look at `stopping`; `park_since` sleeping without comparing the epoch.
+#[test]
+fn shutdown_wakes_every_advance_clock_caller() {
+    model(&["stopped"], || {
+        let clock = ManualClock::new(0);
+        let timer = Arc::new(timer(&clock, 4));
+
+        let callers: Vec<_> = (0..2)
+            .map(|_| {
+                let timer = Arc::clone(&timer);
+                thread::spawn(move || timer.advance_clock(100 * MS))
+            })
+            .collect();
+        assert!(timer.shutdown().is_empty());
+        for c in callers {
+            assert!(!c.join().unwrap(), "nothing ran");
+        }
+        assert!(!timer.advance_clock(100 * MS), "stopped for good");
+        timer.check_invariants();
+        "stopped"
+    });
+}
