@@ -1329,9 +1329,18 @@ impl<T: TimerTask> Inner<T> {
         } else if self.inline {
             self.keep_spare(jobs);
         }
-        if self.running.fetch_sub(1, Ordering::AcqRel) == 1 && self.stopping.load(Ordering::Acquire)
-        {
-            self.parker.unpark();
+        if self.running.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // Pairs with the fence in `wait_idle`: this decrement and shutdown's `stopping`
+            // swap are stores to different atomics, each followed by a load of the other's.
+            // Acquire and release alone let both loads read the old values (the C++ model's
+            // store buffering; a loom model of a parking `wait_idle` found it): this advance
+            // then skipped its unpark and `wait_idle` slept out its timeout. With a SeqCst
+            // fence on both sides, at least one load sees the other's store. Once per advance
+            // that ends the last one in flight.
+            fence(Ordering::SeqCst);
+            if self.stopping.load(Ordering::Acquire) {
+                self.parker.unpark();
+            }
         }
         n
     }
@@ -1523,12 +1532,14 @@ impl<T: TimerTask> Inner<T> {
     }
 
     /// Waits until no advance is between taking tasks out of the wheel and dispatching them.
+    /// `stopping` is set (the caller's shutdown set it): an advance that brings `running` to
+    /// zero after this reads it wakes this thread (the fences: see the end of `advance_to_ns_then`).
+    /// The timeout is a second line only (under loom a timed wait never times out, so the
+    /// models check the wake-up).
     fn wait_idle(&self) {
+        fence(Ordering::SeqCst);
         while self.running.load(Ordering::Acquire) != 0 {
-            #[cfg(not(loom))]
             let _ = self.parker.park(Some(Duration::from_millis(1)));
-            #[cfg(loom)]
-            crate::sync::hint::spin_loop();
         }
     }
 }
