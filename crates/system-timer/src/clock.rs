@@ -410,10 +410,16 @@ mod fast {
     /// after), `after − before ≤ BRACKET_CYCLES`; `None` if eight tries were all preempted (or the
     /// counter went back), and the caller then uses the plain reading.
     fn bracket(counter: &quanta::Clock, base: Instant) -> Option<(u64, u64, u64)> {
+        bracket_reads(|| counter.raw(), base)
+    }
+
+    /// [`bracket`] with the counter read by `read` (in tests, a scripted counter).
+    #[inline(always)]
+    fn bracket_reads(mut read: impl FnMut() -> u64, base: Instant) -> Option<(u64, u64, u64)> {
         (0..8).find_map(|_| {
-            let before = counter.raw();
+            let before = read();
             let m = real(base);
-            let after = counter.raw();
+            let after = read();
             (after >= before && after - before <= BRACKET_CYCLES).then_some((before, m, after))
         })
     }
@@ -657,6 +663,43 @@ mod fast {
                 brackets > 0,
                 "a hundred brackets, each preempted eight times"
             );
+        }
+
+        /// A bracket whose counter reads are more than `BRACKET_CYCLES` apart (the thread was
+        /// preempted between them) or went back is read again, up to eight times in all; one
+        /// exactly `BRACKET_CYCLES` wide is kept.
+        ///
+        /// Catches: the width test dropped (`&&` turned into `||`, or `after / before` for the
+        /// width): a preempted bracket then becomes an anchor or a calibration point, and the
+        /// readings from it are late by the preemption (the bound no longer about 13 µs).
+        #[test]
+        fn a_wide_or_backward_bracket_is_read_again() {
+            let base = Instant::now();
+            let mut reads = [
+                1_000,
+                1_000 + BRACKET_CYCLES + 1, // too wide
+                5_000,
+                4_999, // backwards
+                7_000,
+                7_000 + BRACKET_CYCLES, // just narrow enough
+            ]
+            .into_iter();
+            let (before, _, after) = bracket_reads(|| reads.next().unwrap(), base)
+                .expect("the third bracket is narrow enough");
+            assert_eq!((before, after), (7_000, 7_000 + BRACKET_CYCLES));
+            assert_eq!(reads.next(), None, "read on past a good bracket");
+
+            // Every bracket too wide: eight tries, then none.
+            let (mut counter, mut count) = (1_000_000u64, 0);
+            let wide = bracket_reads(
+                || {
+                    counter += BRACKET_CYCLES + 1;
+                    count += 1;
+                    counter
+                },
+                base,
+            );
+            assert_eq!((wide, count), (None, 16));
         }
 
         /// `CLOCK_BOOTTIME` (the monotonic clock plus the time suspended) never reads behind
