@@ -478,6 +478,52 @@ mod tests {
         }
     }
 
+    /// `park_since` (an `advance_clock` caller waiting for a bucket) returns at once when an
+    /// unpark came after its caller read the epoch, or when given no time; otherwise it sleeps
+    /// until an unpark, however long its timeout.
+    ///
+    /// Catches: `park_since` emptied, or its zero-timeout test made true for every timeout
+    /// (the caller spins on the clock instead of sleeping), or its epoch test inverted (an
+    /// unpark that came before the sleep is slept through).
+    #[test]
+    #[allow(clippy::disallowed_methods)] // hang timeouts on the real clock
+    fn park_since_sleeps_until_an_unpark_after_the_epoch() {
+        let parker = Arc::new(crate::parker::Parker::new(false));
+        // Runs `park_since(epoch, timeout)` on a thread of its own; the channel says it returned.
+        let park_since = |epoch, timeout| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let p = parker.clone();
+            std::thread::spawn(move || {
+                p.park_since(epoch, timeout);
+                tx.send(()).unwrap();
+            });
+            rx
+        };
+        let hang = Duration::from_secs(10);
+        let hour = Some(Duration::from_secs(3600));
+
+        let stale = parker.epoch();
+        parker.unpark();
+        park_since(stale, None)
+            .recv_timeout(hang)
+            .expect("slept through an unpark that came after the epoch was read");
+        park_since(parker.epoch(), Some(Duration::ZERO))
+            .recv_timeout(hang)
+            .expect("slept with no time to sleep");
+
+        for timeout in [hour, None] {
+            let returned = park_since(parker.epoch(), timeout);
+            assert!(
+                returned.recv_timeout(Duration::from_millis(200)).is_err(),
+                "returned without an unpark ({timeout:?})"
+            );
+            parker.unpark();
+            returned
+                .recv_timeout(hang)
+                .expect("an unpark did not end the sleep");
+        }
+    }
+
     /// `try_acquire` (an executor that received a batch without sleeping for it) takes the
     /// permit sent with the batch when there is one, and leaves none behind to cost an idle
     /// executor an empty look; with none, it takes nothing and does not wait.
