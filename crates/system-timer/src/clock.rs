@@ -1178,6 +1178,27 @@ mod tests {
         assert_eq!(format!("{c:?}"), "ManualClock { now_ns: 3000000 }");
     }
 
+    /// A system clock reads the nanoseconds since its creation: at least a 2 ms sleep taken
+    /// after it, at most the time measured around it; an instant before it reads 0.
+    ///
+    /// Catches: `SystemClock::now_ns` or `ns_at` answering a constant (the other clock tests
+    /// compare readings with readings, which a constant passes).
+    #[test]
+    fn a_system_clock_reads_the_time_since_its_creation() {
+        let t0 = Instant::now();
+        let c = SystemClock::new();
+        std::thread::sleep(Duration::from_millis(2));
+        let now = c.now_ns();
+        let elapsed = t0.elapsed();
+        assert!(now >= 2_000_000, "{now} ns after a 2 ms sleep");
+        assert!(
+            u128::from(now) <= elapsed.as_nanos(),
+            "{now} ns > {elapsed:?}"
+        );
+        assert!(c.ns_at(Instant::now()) >= now);
+        assert_eq!(c.ns_at(t0), 0, "an instant before the epoch");
+    }
+
     /// A system clock's sleep for a deadline is the deadline minus its own reading at the call:
     /// between the deadline less a reading after and the deadline less a reading before.
     #[test]
