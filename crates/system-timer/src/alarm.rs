@@ -100,13 +100,37 @@ impl Alarm {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // the hang guard's thread; measuring how long a wait took
 mod tests {
     use super::*;
     use std::time::Instant;
 
+    /// Runs `f` (which waits on alarms) on a thread of its own, and fails if it has not
+    /// returned within 20 s: an alarm that never fires is a failure, not a hung test run (under
+    /// cargo-mutants, 8 mutants of this file only timed out). A panic in `f` fails the test.
+    fn within_20s(f: impl FnOnce() + Send + 'static) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let t = std::thread::spawn(move || {
+            f();
+            let _ = tx.send(());
+        });
+        match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(()) => t.join().expect("the test body returned"),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                std::panic::resume_unwind(t.join().expect_err("the test body panicked"))
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                panic!("an alarm wait hung for 20 s")
+            }
+        }
+    }
+
     #[test]
-    #[allow(clippy::disallowed_methods)] // measuring how long a wait took
     fn fires_once_set_and_can_be_moved_later() {
+        within_20s(fires_once_set_and_can_be_moved_later_body);
+    }
+
+    fn fires_once_set_and_can_be_moved_later_body() {
         let a = Alarm::new().expect("timerfd");
         assert!(a.fire());
         let t0 = Instant::now();
@@ -134,8 +158,11 @@ mod tests {
     /// The wake-up counts from the stamp, not from the `set` call: a setter descheduled between
     /// its reading and the call (here it sleeps 500 ms) does not delay the alarm by as much.
     #[test]
-    #[allow(clippy::disallowed_methods)] // measuring how long a wait took
     fn the_wake_up_counts_from_the_stamp_not_from_the_set_call() {
+        within_20s(the_wake_up_counts_from_the_stamp_body);
+    }
+
+    fn the_wake_up_counts_from_the_stamp_body() {
         let a = Alarm::new().expect("timerfd");
         let t0 = Instant::now();
         let stamp = Stamp::now();
