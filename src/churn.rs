@@ -203,38 +203,15 @@ pub fn run_once<C: ChurnTarget>(target: &mut C, delays: &[u64]) -> ChurnFigures 
     }
     let cancel_wall = t1.elapsed();
     let cpu2 = process_cpu_ns();
-    let expected = n - n.div_ceil(10);
-    if C::EXACT {
-        assert_eq!(cancelled, expected, "cancel phase missed tasks");
-        // The structure's own count, as W1x2 checks it: a cancel that said it won but left its
-        // task pending passed on its return values alone.
-        assert_eq!(target.len(), n - expected, "tasks lost or left over");
-    } else {
-        // Read before `ran`: a task not yet due when `ran` was taken was not due here either.
-        let pending = target.len();
-        let ran = t0.elapsed();
-        let lost = not_yet_due(delays, &failed, ran);
-        assert!(
-            lost == 0,
-            "cancel phase missed tasks: {lost} of the {} failed cancels were of tasks not yet \
-             due",
-            failed.len()
-        );
-        // The structure's own count, bounded as a real clock allows: it may have fired kept
-        // tasks, but none not yet due, and none whose cancel won. Unchecked, a cancel that said
-        // it won but left its task pending passed on its return values alone (as on an exact
-        // target, above), and so did kept tasks lost.
-        assert!(
-            pending <= before + n - cancelled,
-            "tasks left over: {pending} pending after {cancelled} of {n} cancels won ({before} \
-             pending before the run)"
-        );
-        let kept_not_due = count_not_yet_due(delays, (0..n).step_by(10), ran);
-        assert!(
-            pending >= kept_not_due,
-            "tasks lost: {pending} pending, but {kept_not_due} kept tasks were not yet due"
-        );
-    }
+    let expected = check_cancel_phase(
+        C::EXACT,
+        delays,
+        cancelled,
+        &failed,
+        before,
+        || target.len(),
+        t0,
+    );
     let n_cancel = expected.max(1) as f64;
     let n = n.max(1) as f64;
     ChurnFigures {
@@ -243,6 +220,55 @@ pub fn run_once<C: ChurnTarget>(target: &mut C, delays: &[u64]) -> ChurnFigures 
         add_cpu_ns: (cpu1 - cpu0) as f64 / n,
         cancel_cpu_ns: (cpu2 - cpu1) as f64 / n_cancel,
     }
+}
+
+/// The checks after W1's and W1x2's cancel phase (`cancelled` of the cancels won, those of
+/// the tasks in `failed` did not, `before` tasks were pending before the first add at
+/// `first_add`, `len` reads the structure's count); returns the cancels expected to win.
+///
+/// On an exact target (a manual clock: nothing fires) every cancel must win and the count
+/// must be the kept tasks: a cancel that said it won but left its task pending passed on its
+/// return values alone. On a real clock only a task whose delay ran out may beat its cancel
+/// (see [`not_yet_due`]), and the count is bounded as the clock allows: kept tasks may have
+/// fired, but none not yet due, and none whose cancel won (unchecked, a cancel that said it
+/// won but left its task pending passed, and so did kept tasks lost).
+pub(crate) fn check_cancel_phase(
+    exact: bool,
+    delays: &[u64],
+    cancelled: usize,
+    failed: &[usize],
+    before: usize,
+    len: impl FnOnce() -> usize,
+    first_add: Instant,
+) -> usize {
+    let n = delays.len();
+    let expected = n - n.div_ceil(10);
+    if exact {
+        assert_eq!(cancelled, expected, "cancel phase missed tasks");
+        assert_eq!(len(), n - expected, "tasks lost or left over");
+        return expected;
+    }
+    // Read before `ran`: a task not yet due when `ran` was taken was not due here either.
+    let pending = len();
+    let ran = first_add.elapsed();
+    let lost = not_yet_due(delays, failed, ran);
+    assert!(
+        lost == 0,
+        "cancel phase missed tasks: {lost} of the {} failed cancels (of {expected}) were of \
+         tasks not yet due",
+        failed.len()
+    );
+    assert!(
+        pending <= before + n - cancelled,
+        "tasks left over: {pending} pending after {cancelled} of {n} cancels won ({before} \
+         pending before the run)"
+    );
+    let kept_not_due = count_not_yet_due(delays, (0..n).step_by(10), ran);
+    assert!(
+        pending >= kept_not_due,
+        "tasks lost: {pending} pending, but {kept_not_due} kept tasks were not yet due"
+    );
+    expected
 }
 
 /// How many of the tasks in `failed` (indices into `delays`, tasks W1 cancelled and whose cancel
@@ -257,7 +283,7 @@ pub fn not_yet_due(delays: &[u64], failed: &[usize], ran: Duration) -> usize {
 
 /// How many of `tasks` (indices into `delays`) had not yet fallen due `ran` after the first add,
 /// plus a tick, as in [`not_yet_due`]: none of them can have fired.
-pub(crate) fn count_not_yet_due(
+fn count_not_yet_due(
     delays: &[u64],
     tasks: impl IntoIterator<Item = usize>,
     ran: Duration,

@@ -322,36 +322,16 @@ pub fn run_once<S: SharedTarget>(target: &S, delays: &[u64], split: Split) -> Pa
             failed,
         )
     });
-    let expected = n - n.div_ceil(10);
-    if S::EXACT {
-        assert_eq!(cancelled, expected, "cancel phase missed tasks");
-        assert_eq!(target.len(), n - expected, "tasks lost or left over");
-    } else {
-        // As in W1: only a task whose delay ran out (since the first add) may beat its cancel.
-        let first_add = stamps.iter().map(|s| s[0]).min().expect("two threads");
-        // Read before `ran`: a task not yet due when `ran` was taken was not due here either.
-        let pending = target.len();
-        let ran = first_add.elapsed();
-        let lost = churn::not_yet_due(delays, &failed, ran);
-        assert!(
-            lost == 0,
-            "cancel phase missed tasks: {lost} of the {} failed cancels (of {expected}) were of \
-             tasks not yet due",
-            failed.len()
-        );
-        // As in W1: the structure's own count, bounded as a real clock allows (kept tasks may
-        // have fired, none not yet due, none whose cancel won).
-        assert!(
-            pending <= before + n - cancelled,
-            "tasks left over: {pending} pending after {cancelled} of {n} cancels won ({before} \
-             pending before the run)"
-        );
-        let kept_not_due = churn::count_not_yet_due(delays, (0..n).step_by(10), ran);
-        assert!(
-            pending >= kept_not_due,
-            "tasks lost: {pending} pending, but {kept_not_due} kept tasks were not yet due"
-        );
-    }
+    let first_add = stamps.iter().map(|s| s[0]).min().expect("two threads");
+    let expected = churn::check_cancel_phase(
+        S::EXACT,
+        delays,
+        cancelled,
+        &failed,
+        before,
+        || target.len(),
+        first_add,
+    );
     // A phase runs from the first thread's start to the last thread's end.
     let span = |a: usize, b: usize| {
         let start = stamps.iter().map(|s| s[a]).min().expect("two threads");
