@@ -713,7 +713,7 @@ pub fn run(cfg: &Config) -> Report {
             while let Err(mpsc::RecvTimeoutError::Timeout) = stats_stopped.recv_timeout(every) {
                 let acked = answered.iter().filter(|a| a.load(SeqCst) > 0).count();
                 let (ps, fs) = (produce.stats(), fetch.stats());
-                println!(
+                crate::out!(
                     "[{:5.1}s] produce: answered {acked}, expired {}, waiting {} | fetch: issued {}, expired {}, waiting {}",
                     t0.elapsed().as_secs_f64(),
                     ps.expired,

@@ -16,8 +16,11 @@ use std::time::{Duration, Instant};
 use system_timer::SystemTimer;
 use tokio_util::time::DelayQueue;
 
-use crate::measure::{machine_line, other_threads_cpu_ns, process_cpu_ns};
+use crate::measure::{
+    exit_status, machine_line, other_threads_cpu_ns, process_cpu_ns, while_stdout_taken,
+};
 use crate::precision::{current_thread_runtime, HeapTimer};
+use crate::{note, out};
 
 /// The implementations W3 knows, by name.
 pub const IMPLS: &[&str] = &[
@@ -221,22 +224,28 @@ fn validate(a: &Args) -> Result<(), String> {
 pub fn run(args: &Args) -> ExitCode {
     let a = args;
     if let Err(e) = validate(a) {
-        eprintln!("error: {e}");
+        note!("error: {e}");
         return ExitCode::from(2);
     }
     let delay = Duration::from_secs(a.delay_s);
-    println!(
+    out!(
         "W3 idle: one task due in {} s, settle {} ms, then {} s idle; process CPU over the idle \
          stretch (all threads) and wake-ups",
-        a.delay_s, a.settle_ms, a.seconds
+        a.delay_s,
+        a.settle_ms,
+        a.seconds
     );
-    println!("machine: {}", machine_line());
-    println!(
+    out!("machine: {}", machine_line());
+    out!(
         "{:<22} {:>10} {:>10} {:>16} {:>9}",
-        "impl", "CPU s", "CPU µs/s", "its threads µs", "wake-ups"
+        "impl",
+        "CPU s",
+        "CPU µs/s",
+        "its threads µs",
+        "wake-ups"
     );
     let mut failed = false;
-    for name in &a.impls {
+    for name in while_stdout_taken(&a.impls) {
         let row = match name.as_str() {
             "system-timer" => {
                 let timer = SystemTimer::new();
@@ -256,7 +265,7 @@ pub fn run(args: &Args) -> ExitCode {
         if name == "system-timer" && row.wakeups != Some(0) {
             failed = true;
         }
-        println!(
+        out!(
             "{:<22} {:>10.6} {:>10.1} {:>16.1} {:>9}",
             name,
             row.cpu_ns as f64 / 1e9,
@@ -265,19 +274,16 @@ pub fn run(args: &Args) -> ExitCode {
             row.wakeups.map_or("-".into(), |w| w.to_string())
         );
     }
-    println!(
-        "CPU s: all threads, the measuring one too (its /proc reads are the floor: see no-timer)"
-    );
-    println!("its threads: all threads but the measuring one");
-    println!(
+    out!("CPU s: all threads, the measuring one too (its /proc reads are the floor: see no-timer)");
+    out!("its threads: all threads but the measuring one");
+    out!(
         "wake-ups: system-timer's reaper_wakeups; the heap worker's returns from its condvar wait; \
          delay-queue: polls of the future awaiting the queue"
     );
     if failed {
-        println!("FAILED: system-timer's reaper woke up while idle");
-        return ExitCode::FAILURE;
+        out!("FAILED: system-timer's reaper woke up while idle");
     }
-    ExitCode::SUCCESS
+    exit_status(!failed)
 }
 
 #[cfg(test)]

@@ -37,7 +37,7 @@
 #![allow(clippy::disallowed_methods)] // benchmark code: std threads and clocks on purpose
 
 use std::fmt::Write as _;
-use std::io::{IsTerminal, Write as _};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{
@@ -54,38 +54,11 @@ use system_timer::SystemTimer;
 use crate::completion::CompletionQueue;
 use crate::done_log::{self, Done};
 use crate::measure::{
-    live_threads, machine_line, peak_rss_bytes, prefaulted, process_cpu_ns, reset_peak_rss,
-    rss_bytes, this_thread, ThreadUse,
+    exit_status, live_threads, machine_line, peak_rss_bytes, prefaulted, process_cpu_ns,
+    reset_peak_rss, rss_bytes, this_thread, to_stderr, to_stdout, ThreadUse,
 };
+use crate::note;
 use crate::rng::SplitMix64;
-
-/// Writes to standard error, best effort: what goes there (the progress display, the search's
-/// log, notes and errors) is for a person watching, and a reader of it that has gone away
-/// (`2>&1 >report.txt | head -1`, a pager quit) must not end the run. `eprint!` panics when
-/// the write fails: the run died with status 101, its report on standard output never written.
-fn to_stderr(text: std::fmt::Arguments<'_>) {
-    let _ = std::io::stderr().lock().write_fmt(text);
-}
-
-/// `eprintln!`, best effort (see [`to_stderr`]).
-macro_rules! note {
-    ($($arg:tt)*) => {
-        to_stderr(format_args!("{}\n", format_args!($($arg)*)))
-    };
-}
-
-/// Writes the report to standard output. A write that fails (a reader that has gone away:
-/// `| head -1`) is an error, status 2, as a plot that cannot be written is: `println!` panicked
-/// (status 101 and a backtrace).
-fn to_stdout(text: &str) -> Result<(), ExitCode> {
-    let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes())
-        .and_then(|()| out.flush())
-        .map_err(|e| {
-            note!("error: cannot write the report to standard output: {e}");
-            ExitCode::from(2)
-        })
-}
 
 /// How requests are completed before their timeout.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -460,37 +433,38 @@ pub fn run(args: &Args) -> ExitCode {
         return find_max_rate(args);
     }
     let report = run_with_baseline(args);
-    let printed = to_stdout(&if args.json {
-        format!("{}\n", to_json(args, &report))
-    } else {
-        table(args, &report)
-    });
-    if let Some(path) = &args.plot {
-        let svg = match plot_svg(args, &report) {
-            Ok(svg) => svg,
-            Err(e) => {
-                note!("error: cannot draw the plot: {e}");
-                return ExitCode::from(2);
-            }
-        };
-        if let Err(e) = std::fs::write(path, svg) {
-            note!("error: cannot write {}: {e}", path.display());
-            return ExitCode::from(2);
-        }
-        note!("plot written to {}", path.display());
-    }
-    if let Err(status) = printed {
-        return status;
-    }
     // Exit status: correctness and the counts, as far as a slow or loaded machine cannot fake
-    // them (see `correct`). Whether the rate was sustained (at least the expected expiries, and
-    // no more than those plus the requests under the timeout by less than a tick) is reported
-    // in the table.
-    if correct(&report) && report.baseline.as_deref().is_none_or(correct) {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
+    // them (see `correct`); a failed check wins over a report or plot that cannot be written
+    // (`exit_status`). Whether the rate was sustained (at least the expected expiries, and no
+    // more than those plus the requests under the timeout by less than a tick) is reported in
+    // the table.
+    let checks_passed = correct(&report) && report.baseline.as_deref().is_none_or(correct);
+    to_stdout(format_args!(
+        "{}",
+        if args.json {
+            format!("{}\n", to_json(args, &report))
+        } else {
+            table(args, &report)
+        }
+    ));
+    if let Some(path) = &args.plot {
+        let written = plot_svg(args, &report)
+            .map_err(|e| format!("cannot draw the plot: {e}"))
+            .and_then(|svg| {
+                std::fs::write(path, svg)
+                    .map_err(|e| format!("cannot write {}: {e}", path.display()))
+            });
+        match written {
+            Ok(()) => note!("plot written to {}", path.display()),
+            Err(e) => {
+                note!("error: {e}");
+                if checks_passed {
+                    return ExitCode::from(2);
+                }
+            }
+        }
     }
+    exit_status(checks_passed)
 }
 
 /// What the exit status requires of a run: every request completed exactly once, each one's
@@ -1746,24 +1720,24 @@ fn find_max_rate(args: &Args) -> ExitCode {
     }
     // Before the first probe: a standard output that cannot be written ends the search now,
     // not after every probe has run.
-    if let Err(status) = to_stdout(&format!(
+    if !to_stdout(format_args!(
         "{} -- searching for the highest sustained rate\nmachine: {}\n",
         header(args),
         machine_line()
     )) {
-        return status;
+        return exit_status(true);
     }
     let Search { good, bad, lowest } = search_max_rate(args.rate, |rate| {
         let r = probe(rate);
         r.sustained.then_some(r)
     });
-    let (verdict, status) = if broken.get() > 0 {
+    let (verdict, passed) = if broken.get() > 0 {
         (
             format!(
                 "{} probe(s) broke exactly-once, an outcome or the counts: failed",
                 broken.get()
             ),
-            ExitCode::FAILURE,
+            false,
         )
     } else {
         match good {
@@ -1779,18 +1753,16 @@ fn find_max_rate(args: &Args) -> ExitCode {
                         None => "; every probe was sustained, so this is a lower bound (start higher with --rate)",
                     }
                 ),
-                ExitCode::SUCCESS,
+                true,
             ),
             None => (
                 format!("no rate was sustained, down to {lowest:.0} req/s"),
-                ExitCode::FAILURE,
+                false,
             ),
         }
     };
-    match to_stdout(&format!("{verdict}\n")) {
-        Ok(()) => status,
-        Err(status) => status,
-    }
+    to_stdout(format_args!("{verdict}\n"));
+    exit_status(passed)
 }
 
 /// The `--plot` figure, drawn with plotters (SVG backend): the run's header, then the

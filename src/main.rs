@@ -8,7 +8,8 @@ use kafka_timer::churn::{
     self, ChurnFigures, ConcurrentWheelTarget, DelayQueueTarget, HeapTarget, KeyedTimerTarget,
     TimerTarget, TypedTimerTarget, WheelTarget,
 };
-use kafka_timer::measure::{at_least, machine_line};
+use kafka_timer::measure::{at_least, exit_status, machine_line, to_stdout, while_stdout_taken};
+use kafka_timer::{note, out};
 
 /// jemalloc instead of the system allocator with feature `jemalloc` (off by default): why, and
 /// what it changes, in the dependency's comment in Cargo.toml.
@@ -177,8 +178,8 @@ fn main() -> ExitCode {
         Some(Cmd::WakeCost { period_us, count }) => {
             let (cpu_ns, wall) =
                 kafka_timer::measure::wake_cost(std::time::Duration::from_micros(period_us), count);
-            println!("machine: {}", machine_line());
-            println!(
+            out!("machine: {}", machine_line());
+            out!(
                 "sleep {period_us} us x {count}: {:.1} us of CPU per sleep-and-wake (wall {:.1} us per sleep)",
                 cpu_ns / 1e3,
                 wall.as_secs_f64() * 1e6
@@ -187,20 +188,25 @@ fn main() -> ExitCode {
         Some(Cmd::ChurnProbe { probe, runs, warm }) => {
             let delays = churn::delays(probe.n, probe.range_ms);
             let f = measure(&probe.r#impl, runs, warm, &delays);
-            println!(
+            out!(
                 "{} {} {} {}",
-                f.add_ns, f.cancel_ns, f.add_cpu_ns, f.cancel_cpu_ns
+                f.add_ns,
+                f.cancel_ns,
+                f.add_cpu_ns,
+                f.cancel_cpu_ns
             );
         }
         Some(Cmd::RssProbe { probe }) => {
-            println!(
+            out!(
                 "{}",
                 churn::rss_probe(&probe.r#impl, probe.n, probe.range_ms)
             );
         }
         None => return kafka_timer::load::run(&cli.w4),
     }
-    ExitCode::SUCCESS
+    // W1's and W5's checks run in their probes' child processes: a failed one ends the run with
+    // status 1 where it is found (`or_exit`). What is left is the report.
+    exit_status(true)
 }
 
 fn measure(name: &str, runs: usize, warm: bool, delays: &[u64]) -> ChurnFigures {
@@ -213,7 +219,7 @@ fn measure(name: &str, runs: usize, warm: bool, delays: &[u64]) -> ChurnFigures 
         "system-timer-keyed" => churn::run_median(runs, delays, warm, KeyedTimerTarget::new),
         "delay-queue" => churn::run_median(runs, delays, warm, DelayQueueTarget::new),
         other => {
-            eprintln!("unknown implementation {other}; known: {:?}", churn::IMPLS);
+            note!("unknown implementation {other}; known: {:?}", churn::IMPLS);
             std::process::exit(2);
         }
     }
@@ -265,7 +271,7 @@ impl Probe {
 /// an error, never a silent gap in the table.
 fn or_exit<T>(r: Result<T, String>) -> T {
     r.unwrap_or_else(|e| {
-        eprintln!("error: {e}");
+        note!("error: {e}");
         std::process::exit(1);
     })
 }
@@ -316,26 +322,31 @@ fn bytes_per_task(name: &str, n: usize, range_ms: u64) -> f64 {
 }
 
 fn w1(a: &W1Args) {
-    println!(
+    out!(
         "W1 churn: N = {}, delay 1..={} ms, cancel 90%, medians of {} runs, {} structures",
         a.n,
         a.range_ms,
         a.runs,
         if a.warm { "warmed-up" } else { "fresh" }
     );
-    println!("machine: {}", machine_line());
-    println!(
+    out!("machine: {}", machine_line());
+    out!(
         "{:<18} {:>10} {:>12} {:>12} {:>14} {:>12}",
-        "impl", "add ns/op", "cancel ns/op", "add cpu ns", "cancel cpu ns", "bytes/task"
+        "impl",
+        "add ns/op",
+        "cancel ns/op",
+        "add cpu ns",
+        "cancel cpu ns",
+        "bytes/task"
     );
-    for name in &a.impls {
+    for name in while_stdout_taken(&a.impls) {
         let f = measure_in_child(name, a.runs, a.warm, a.n, a.range_ms);
         let bytes = if a.no_bytes {
             None
         } else {
             Some(bytes_per_task(name, a.n, a.range_ms))
         };
-        println!(
+        out!(
             "{:<18} {:>10.1} {:>12.1} {:>12.1} {:>14.1} {:>12}",
             name,
             f.add_ns,
@@ -348,39 +359,42 @@ fn w1(a: &W1Args) {
 }
 
 fn w5(a: &W5Args) {
-    println!(
+    out!(
         "W5 scale: add / cancel ns/op by pending N (delay range N × 0.03 ms), medians of {} runs, {} structures",
         a.runs,
         if a.warm { "warmed-up" } else { "fresh" }
     );
-    println!("machine: {}", machine_line());
-    print!("{:<18}", "impl");
+    out!("machine: {}", machine_line());
+    to_stdout(format_args!("{:<18}", "impl"));
     for n in &a.sizes {
-        print!(" {:>18}", format!("N={n}"));
+        to_stdout(format_args!(" {:>18}", format!("N={n}")));
     }
-    println!(" {:>12}", churn::scale_ratio_label(&a.sizes));
-    for name in &a.impls {
-        print!("{name:<18}");
+    out!(" {:>12}", churn::scale_ratio_label(&a.sizes));
+    for name in while_stdout_taken(&a.impls) {
+        to_stdout(format_args!("{name:<18}"));
         let mut first = None;
         let mut last = None;
-        for &n in &a.sizes {
+        for &n in while_stdout_taken(&a.sizes) {
             let range = ((n as f64) * 0.03).round().max(1.0) as u64;
             let f = measure_in_child(name, a.runs, a.warm, n, range);
-            print!(" {:>18}", format!("{:.1} / {:.1}", f.add_ns, f.cancel_ns));
+            to_stdout(format_args!(
+                " {:>18}",
+                format!("{:.1} / {:.1}", f.add_ns, f.cancel_ns)
+            ));
             first.get_or_insert(f);
             last = Some(f);
         }
         if let (Some(a0), Some(a1)) = (first, last) {
-            print!(
+            to_stdout(format_args!(
                 " {:>12}",
                 format!(
                     "{:.2} / {:.2}",
                     a1.add_ns / a0.add_ns,
                     a1.cancel_ns / a0.cancel_ns
                 )
-            );
+            ));
         }
-        println!();
+        out!();
     }
 }
 

@@ -3,7 +3,93 @@
 #![allow(clippy::disallowed_methods)] // measuring wall time is this module's job
 
 use std::fs;
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+/// Whether a write to standard output has failed in this process (see [`to_stdout`]).
+static STDOUT_LOST: AtomicBool = AtomicBool::new(false);
+
+/// Writes a workload's report to standard output. A write that fails (a reader that has gone
+/// away: `| head -1`) is reported once on standard error; it and every later write are
+/// dropped, and [`exit_status`] turns the loss into status 2. `println!` panicked instead:
+/// status 101, a backtrace, and the checks' verdict lost. Returns whether standard output
+/// still takes the report, so that a long run (W1's and W5's rows, the rate search) can stop at
+/// its next step instead of measuring for no reader.
+pub fn to_stdout(text: std::fmt::Arguments<'_>) -> bool {
+    if STDOUT_LOST.load(Ordering::Relaxed) {
+        return false;
+    }
+    let mut out = std::io::stdout().lock();
+    match out.write_fmt(text).and_then(|()| out.flush()) {
+        Ok(()) => true,
+        Err(e) => {
+            if !STDOUT_LOST.swap(true, Ordering::Relaxed) {
+                to_stderr(format_args!(
+                    "error: cannot write the report to standard output: {e}\n"
+                ));
+            }
+            false
+        }
+    }
+}
+
+/// Whether a write to standard output has failed (see [`to_stdout`]).
+pub fn stdout_lost() -> bool {
+    STDOUT_LOST.load(Ordering::Relaxed)
+}
+
+/// Writes to standard error, best effort: what goes there (the progress display, the search's
+/// log, notes and errors) is for a person watching, and a reader of it that has gone away
+/// (`2>&1 >report.txt | head -1`, a pager quit) must not end the run. `eprint!` panics when
+/// the write fails: the run died with status 101, its report on standard output never written.
+pub fn to_stderr(text: std::fmt::Arguments<'_>) {
+    let _ = std::io::stderr().lock().write_fmt(text);
+}
+
+/// `items` until standard output is lost ([`to_stdout`]): a workload's steps (its rows), so
+/// that a run with no reader left stops at its next step instead of measuring on for minutes.
+pub fn while_stdout_taken<I: IntoIterator>(items: I) -> impl Iterator<Item = I::Item> {
+    items.into_iter().take_while(|_| !stdout_lost())
+}
+
+/// A workload's exit status: 1 when a check failed, whether or not the report could be
+/// written (the failure is the news, and the lost report is named on standard error); else 2
+/// when the report could not be written ([`to_stdout`]); else 0.
+pub fn exit_status(checks_passed: bool) -> ExitCode {
+    ExitCode::from(status(checks_passed, stdout_lost()))
+}
+
+/// [`exit_status`]'s number.
+fn status(checks_passed: bool, stdout_lost: bool) -> u8 {
+    match (checks_passed, stdout_lost) {
+        (false, _) => 1,
+        (true, true) => 2,
+        (true, false) => 0,
+    }
+}
+
+/// `println!` for a workload's report, through [`to_stdout`](crate::measure::to_stdout): a
+/// standard output that cannot be written is an error for the exit status, not a panic.
+/// Evaluates to whether standard output still takes the report.
+#[macro_export]
+macro_rules! out {
+    () => {
+        $crate::measure::to_stdout(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::measure::to_stdout(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// `eprintln!`, best effort (see [`to_stderr`](crate::measure::to_stderr)).
+#[macro_export]
+macro_rules! note {
+    ($($arg:tt)*) => {
+        $crate::measure::to_stderr(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
 
 /// CPU time of the whole process so far, in nanoseconds: `CLOCK_PROCESS_CPUTIME_ID`, exact to
 /// the nanosecond for every thread, running ones (brought up to date by the call) and exited
@@ -252,6 +338,17 @@ pub fn median(xs: &[f64]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A failed check is status 1 whether or not the report could be written: a lost standard
+    /// output (status 2) used to hide it. A run whose checks pass is 2 without its report, 0
+    /// with it.
+    #[test]
+    fn a_failed_check_wins_over_a_lost_report() {
+        assert_eq!(status(false, true), 1);
+        assert_eq!(status(false, false), 1);
+        assert_eq!(status(true, true), 2);
+        assert_eq!(status(true, false), 0);
+    }
 
     /// Reports must say which allocator their figures were taken on (`--features jemalloc`
     /// changes W4's): no test here calls `set_allocator`, so a test process reports "system"

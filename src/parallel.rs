@@ -11,6 +11,7 @@
 #![allow(clippy::disallowed_methods)] // benchmark code: std threads and clocks on purpose
 #![allow(clippy::disallowed_types)] // the Mutex baselines are std's, on purpose
 
+use std::panic::AssertUnwindSafe;
 use std::process::ExitCode;
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -19,7 +20,10 @@ use crate::churn::{
     self, ChurnFigures, ChurnTarget, ConcurrentWheelTarget, DelayQueueTarget, FromId, HeapTarget,
     IdTask, KeyedTimerTarget, TimerTarget, TypedTimerTarget,
 };
-use crate::measure::{at_least, machine_line, median, process_cpu_ns};
+use crate::measure::{
+    at_least, exit_status, machine_line, median, process_cpu_ns, while_stdout_taken,
+};
+use crate::{note, out};
 
 /// The implementations W1x2 knows, by name.
 pub const IMPLS: &[&str] = &[
@@ -384,8 +388,36 @@ where
 
 /// Runs the workload and prints its table; returns the process exit code.
 pub fn run(args: &Args) -> ExitCode {
+    run_with(args, |name, runs, d, s| match name {
+        "system-timer" => measure(runs, d, s, TimerTarget::new, system_timer::SystemTimer::new),
+        "system-timer-typed" => measure(runs, d, s, TypedTimerTarget::new, || {
+            system_timer::Builder::<IdTask>::new().build()
+        }),
+        "system-timer-keyed" => measure(runs, d, s, KeyedTimerTarget::new, KeyedTimerTarget::new),
+        "concurrent-wheel" => measure(
+            runs,
+            d,
+            s,
+            ConcurrentWheelTarget::new,
+            ConcurrentWheelTarget::new,
+        ),
+        "delay-queue" => measure(runs, d, s, DelayQueueTarget::new, || {
+            Mutex::new(DelayQueueTarget::new())
+        }),
+        "binary-heap" => measure(runs, d, s, HeapTarget::default, || {
+            Mutex::new(HeapTarget::default())
+        }),
+        other => unreachable!("clap checked the name: {other}"),
+    })
+}
+
+/// [`run`], each implementation measured by `row` (its name, the runs, the delays, the split).
+fn run_with(
+    args: &Args,
+    row: impl Fn(&str, usize, &[u64], Split) -> (ChurnFigures, ParallelFigures),
+) -> ExitCode {
     let a = args;
-    println!(
+    out!(
         "W1x2 churn on 2 threads: N = {} ({} per thread, split {}), delay 1..={} ms, \
          cancel 90%, medians of {} runs (each: W1 on 1 thread, then W1x2)",
         a.n,
@@ -394,8 +426,8 @@ pub fn run(args: &Args) -> ExitCode {
         a.range_ms,
         a.runs
     );
-    println!("machine: {}", machine_line());
-    println!(
+    out!("machine: {}", machine_line());
+    out!(
         "{:<18} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9} {:>6}",
         "impl",
         "x2 add",
@@ -411,33 +443,17 @@ pub fn run(args: &Args) -> ExitCode {
     let delays = churn::delays(a.n, a.range_ms);
     let n_cancel = a.n - a.n.div_ceil(10);
     let ops = (a.n + n_cancel).max(1) as f64;
-    for name in &a.impls {
-        let (runs, d, s) = (a.runs, delays.as_slice(), a.split);
-        let (w1, x2) = match name.as_str() {
-            "system-timer" => measure(runs, d, s, TimerTarget::new, system_timer::SystemTimer::new),
-            "system-timer-typed" => measure(runs, d, s, TypedTimerTarget::new, || {
-                system_timer::Builder::<IdTask>::new().build()
-            }),
-            "system-timer-keyed" => {
-                measure(runs, d, s, KeyedTimerTarget::new, KeyedTimerTarget::new)
-            }
-            "concurrent-wheel" => measure(
-                runs,
-                d,
-                s,
-                ConcurrentWheelTarget::new,
-                ConcurrentWheelTarget::new,
-            ),
-            "delay-queue" => measure(runs, d, s, DelayQueueTarget::new, || {
-                Mutex::new(DelayQueueTarget::new())
-            }),
-            "binary-heap" => measure(runs, d, s, HeapTarget::default, || {
-                Mutex::new(HeapTarget::default())
-            }),
-            other => unreachable!("clap checked the name: {other}"),
+    for name in while_stdout_taken(&a.impls) {
+        // A broken check panics where it is found: status 1, as W1's failed child and W2's
+        // failed check are (the panic said 101, and nothing after it ran).
+        let measured =
+            std::panic::catch_unwind(AssertUnwindSafe(|| row(name, a.runs, &delays, a.split)));
+        let Ok((w1, x2)) = measured else {
+            note!("error: {name} failed a check (above); the run stops");
+            return exit_status(false);
         };
         let w1_all = (w1.add_ns * a.n as f64 + w1.cancel_ns * n_cancel as f64) / ops;
-        println!(
+        out!(
             "{:<18} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>8.2} {:>9.1} {:>6.2}",
             name,
             x2.add_ns,
@@ -451,10 +467,10 @@ pub fn run(args: &Args) -> ExitCode {
             x2.cores
         );
     }
-    println!("wall ns per op; all = (add wall + cancel wall) / (adds + cancels); x2/x1 < 1: two");
-    println!("threads beat one; x2 cpu: process CPU ns per op (all threads); cores: that CPU over");
-    println!("the phases' wall (below 2: the workers did not really run at once)");
-    ExitCode::SUCCESS
+    out!("wall ns per op; all = (add wall + cancel wall) / (adds + cancels); x2/x1 < 1: two");
+    out!("threads beat one; x2 cpu: process CPU ns per op (all threads); cores: that CPU over");
+    out!("the phases' wall (below 2: the workers did not really run at once)");
+    exit_status(true)
 }
 
 #[cfg(test)]
@@ -574,6 +590,28 @@ mod tests {
             )
         });
         assert!(run.is_err(), "90 lost cancels of 9000 passed");
+    }
+
+    /// A failed check ends W1x2 with status 1 at the row that failed it: the check's panic
+    /// ended the process with status 101.
+    #[test]
+    fn a_failed_check_is_status_1_and_stops_the_run() {
+        let args = Args {
+            n: 10_000,
+            range_ms: 30_000,
+            runs: 1,
+            split: Split::Interleaved,
+            impls: vec!["concurrent-wheel".into(), "binary-heap".into()],
+        };
+        let rows = AtomicUsize::new(0);
+        let status = run_with(&args, |_, runs, d, s| {
+            rows.fetch_add(1, Ordering::Relaxed);
+            measure(runs, d, s, ConcurrentWheelTarget::new, || {
+                Clocked::new(d.len(), 100, Duration::ZERO)
+            })
+        });
+        assert!(status == ExitCode::FAILURE, "{status:?}");
+        assert_eq!(rows.load(Ordering::Relaxed), 1, "the run went on");
     }
 
     /// As W1's: a few long tasks (due in 100 s) whose cancels fail, in a run where thousands of

@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 use system_timer::{Builder, SystemTimer, Task, TimerTask};
 use tokio_util::time::DelayQueue;
 
-use crate::measure::{machine_line, process_cpu_ns};
+use crate::measure::{exit_status, machine_line, process_cpu_ns, while_stdout_taken};
+use crate::out;
 
 /// The implementations W2 knows, by name.
 pub const IMPLS: &[&str] = &[
@@ -540,13 +541,14 @@ fn measure(mut t: impl Target, rec: &Recorder, delays: &[u64], a: &Args) -> Row 
 /// Runs the workload and prints its table; returns the process exit code.
 pub fn run(args: &Args) -> ExitCode {
     let a = args;
-    println!(
+    out!(
         "W2 precision: N = {}, delay 1..={} ms (splitmix64 seed 42), added from one thread as \
          fast as it can; lateness = fire − (instant before add + delay)",
-        a.n, a.range_ms
+        a.n,
+        a.range_ms
     );
-    println!("machine: {}", machine_line());
-    println!(
+    out!("machine: {}", machine_line());
+    out!(
         "{:<25} {:>8} {:>8} {:>9} {:>8} {:>7} {:>8} {:>5} {:>7} {:>9}",
         "impl",
         "p50 ms",
@@ -568,7 +570,7 @@ pub fn run(args: &Args) -> ExitCode {
     // of it is left): a recorder leaked per implementation kept 12 bytes per task of every
     // implementation run before (1.2 GB each at the largest --n).
     let rec: &'static Recorder = Box::leak(Box::new(Recorder::new(a.n)));
-    for name in &a.impls {
+    for name in while_stdout_taken(&a.impls) {
         rec.reset();
         let row = match name.as_str() {
             "system-timer" => {
@@ -596,7 +598,7 @@ pub fn run(args: &Args) -> ExitCode {
         };
         let p = row.p;
         failed |= p.failed();
-        println!(
+        out!(
             "{:<25} {:>8} {:>8} {:>9} {:>8} {:>7} {:>8} {:>5} {:>7.3} {:>9.1}",
             name,
             ms(p.p50_ns),
@@ -617,13 +619,12 @@ pub fn run(args: &Args) -> ExitCode {
         }
     }
     for n in notes {
-        println!("{n}");
+        out!("{n}");
     }
     if failed {
-        println!("FAILED: early, missing or duplicate fires");
-        return ExitCode::FAILURE;
+        out!("FAILED: early, missing or duplicate fires");
     }
-    ExitCode::SUCCESS
+    exit_status(!failed)
 }
 
 #[cfg(test)]
