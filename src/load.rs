@@ -621,16 +621,17 @@ fn tables_bytes(a: &Args) -> u64 {
     (a.num as u64).saturating_mul(per_request as u64)
 }
 
-/// Refuses a run whose per-request tables alone are more than `memory` (the machine's RAM and
-/// swap, if known): each flag within its bounds, it aborted on the failed allocation (`--model
+/// Refuses a run whose per-request tables alone are more than `memory` (the RAM and swap the
+/// process may use, if known: [`memory_bytes`](crate::measure::memory_bytes)): each flag within its bounds, it aborted on the failed allocation (`--model
 /// watch --keys 1024 --key-space 1024 --num 10000000`: 40 GB of keys) or was killed once its
 /// tables were filled.
 fn check_memory(a: &Args, memory: Option<u64>) -> Result<(), String> {
     let need = tables_bytes(a);
     match memory {
         Some(memory) if need > memory => Err(format!(
-            "--num {} ({}): its per-request tables alone need {:.1} GB, more than this \
-             machine's memory ({:.1} GB of RAM and swap)",
+            "--num {} ({}): its per-request tables alone need {:.1} GB, more than the \
+             memory this process may use ({:.1} GB of RAM and swap: the machine's, or its \
+             control group's limit)",
             a.num,
             match a.model {
                 Model::Kafka => "kafka model".to_string(),

@@ -216,12 +216,76 @@ pub fn rss_bytes() -> u64 {
     status_kb("VmRSS:") * 1024
 }
 
-/// The machine's memory, RAM and swap (`MemTotal` + `SwapTotal` of `/proc/meminfo`), in bytes;
-/// `None` where it cannot be read.
+/// The memory this process may use, RAM and swap, in bytes: the machine's (`MemTotal` +
+/// `SwapTotal` of `/proc/meminfo`), or its control group's limit where that is lower (a
+/// container's: a run past it is killed, not refused); `None` where neither can be read.
 pub fn memory_bytes() -> Option<u64> {
     let meminfo = std::path::Path::new("/proc/meminfo");
-    let kb = status_field(meminfo, "MemTotal:") + status_field(meminfo, "SwapTotal:");
-    (kb > 0).then(|| kb.saturating_mul(1024))
+    let swap = status_field(meminfo, "SwapTotal:").saturating_mul(1024);
+    let machine = status_field(meminfo, "MemTotal:").saturating_mul(1024) + swap;
+    let cgroup = fs::read_to_string("/proc/self/cgroup")
+        .ok()
+        .and_then(|groups| cgroup_limit(&groups, swap, |p| fs::read_to_string(p).ok()));
+    [(machine > 0).then_some(machine), cgroup]
+        .into_iter()
+        .flatten()
+        .min()
+}
+
+/// The RAM and swap that the control groups named by `proc_self_cgroup` (the text of
+/// `/proc/self/cgroup`) allow, in bytes: the lowest limit of the process's group and its
+/// ancestors, in cgroup v2 (`memory.max`, plus `memory.swap.max` or else the machine's `swap`)
+/// and v1 (`memory.memsw.limit_in_bytes`, or else `memory.limit_in_bytes` plus `swap`); `None`
+/// when none is set. `read` reads a file under `/sys/fs/cgroup`.
+fn cgroup_limit(
+    proc_self_cgroup: &str,
+    swap: u64,
+    read: impl Fn(&str) -> Option<String>,
+) -> Option<u64> {
+    // v1 writes "no limit" as a page-rounded i64::MAX; v2 as "max" (not a number).
+    let number = |path: String| {
+        read(&path)
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .filter(|&v| v < 1 << 62)
+    };
+    let mut lowest: Option<u64> = None;
+    for line in proc_self_cgroup.lines() {
+        let mut fields = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(path)) =
+            (fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        let v1 = controllers.split(',').any(|c| c == "memory");
+        let base = match (controllers, v1) {
+            ("", _) => "/sys/fs/cgroup",
+            (_, true) => "/sys/fs/cgroup/memory",
+            _ => continue,
+        };
+        // The group and each ancestor, up to the hierarchy's root.
+        let mut dir = path.trim_end_matches('/');
+        loop {
+            let limit = if v1 {
+                number(format!("{base}{dir}/memory.memsw.limit_in_bytes")).or_else(|| {
+                    number(format!("{base}{dir}/memory.limit_in_bytes"))
+                        .map(|ram| ram.saturating_add(swap))
+                })
+            } else {
+                number(format!("{base}{dir}/memory.max")).map(|ram| {
+                    let swap_max = number(format!("{base}{dir}/memory.swap.max"));
+                    ram.saturating_add(swap_max.map_or(swap, |m| m.min(swap)))
+                })
+            };
+            if let Some(limit) = limit {
+                lowest = Some(lowest.map_or(limit, |l| l.min(limit)));
+            }
+            match dir.rfind('/') {
+                Some(i) => dir = &dir[..i],
+                None => break,
+            }
+        }
+    }
+    lowest
 }
 
 fn status_kb(field: &str) -> u64 {
@@ -338,6 +402,67 @@ pub fn median(xs: &[f64]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A control group's memory limit is found in v1 and v2, on the process's group or an
+    /// ancestor, the lowest winning; "no limit" (v2's `max`, v1's huge number) is none; swap
+    /// counts where the group allows it.
+    #[test]
+    fn cgroup_limits_are_read_in_v1_and_v2() {
+        let files = |list: &'static [(&'static str, &'static str)]| {
+            move |p: &str| {
+                list.iter()
+                    .find(|(path, _)| *path == p)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        const GB: u64 = 1 << 30;
+        // v2: the group says max, its parent 4 GB of RAM and 1 GB of swap (of the machine's 2).
+        let v2 = files(&[
+            ("/sys/fs/cgroup/a/b/memory.max", "max\n"),
+            ("/sys/fs/cgroup/a/memory.max", "4294967296\n"),
+            ("/sys/fs/cgroup/a/memory.swap.max", "1073741824\n"),
+            ("/sys/fs/cgroup/memory.max", "8589934592\n"),
+        ]);
+        assert_eq!(cgroup_limit("0::/a/b\n", 2 * GB, v2), Some(5 * GB));
+        // No swap limit given: the machine's swap.
+        let v2_ram_only = files(&[("/sys/fs/cgroup/a/memory.max", "1073741824")]);
+        assert_eq!(cgroup_limit("0::/a\n", 2 * GB, v2_ram_only), Some(3 * GB));
+        assert_eq!(cgroup_limit("0::/\n", 2 * GB, files(&[])), None);
+        // v1: memory and swap together where given, else memory plus the machine's swap; the
+        // unlimited value and other controllers' lines are ignored.
+        let v1 = files(&[
+            (
+                "/sys/fs/cgroup/memory/c/memory.limit_in_bytes",
+                "9223372036854771712",
+            ),
+            ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "3221225472"),
+            ("/sys/fs/cgroup/cpu/c/memory.limit_in_bytes", "1"),
+        ]);
+        let groups = "5:cpu,cpuacct:/c\n4:memory:/c\n1:name=systemd:/\n";
+        assert_eq!(cgroup_limit(groups, GB, v1), Some(4 * GB));
+        let memsw = files(&[
+            (
+                "/sys/fs/cgroup/memory/c/memory.memsw.limit_in_bytes",
+                "2147483648",
+            ),
+            (
+                "/sys/fs/cgroup/memory/c/memory.limit_in_bytes",
+                "1073741824",
+            ),
+        ]);
+        assert_eq!(cgroup_limit(groups, 8 * GB, memsw), Some(2 * GB));
+        assert_eq!(
+            cgroup_limit(
+                "4:memory:/c\n",
+                GB,
+                files(&[(
+                    "/sys/fs/cgroup/memory/c/memory.limit_in_bytes",
+                    "9223372036854771712"
+                )])
+            ),
+            None
+        );
+    }
 
     /// A failed check is status 1 whether or not the report could be written: a lost standard
     /// output (status 2) used to hide it. A run whose checks pass is 2 without its report, 0
