@@ -70,7 +70,7 @@ fn status(checks_passed: bool, stdout_lost: bool) -> u8 {
     }
 }
 
-/// `println!` for a workload's report, through [`to_stdout`](crate::measure::to_stdout): a
+/// `println!` for a workload's report, through [`to_stdout`]: a
 /// standard output that cannot be written is an error for the exit status, not a panic.
 /// Evaluates to whether standard output still takes the report.
 #[macro_export]
@@ -83,7 +83,7 @@ macro_rules! out {
     };
 }
 
-/// `eprintln!`, best effort (see [`to_stderr`](crate::measure::to_stderr)).
+/// `eprintln!`, best effort (see [`to_stderr`]).
 #[macro_export]
 macro_rules! note {
     ($($arg:tt)*) => {

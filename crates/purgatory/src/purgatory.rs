@@ -62,7 +62,7 @@ pub struct PurgatoryStats {
     /// Operations completed by expiry.
     pub expired: u64,
     /// Operations handed back without completing: by shutdown, refused mid-watch by a
-    /// shutdown or by a full shared timer ([`WatchError::Full`](crate::WatchError::Full)),
+    /// shutdown or by a full shared timer ([`WatchError::Full`]),
     /// taken back through their handle ([`OperationHandle::take`]), or dropped because
     /// something panicked while [`Purgatory::try_complete_else_watch`] entered them (their
     /// `try_complete`, a key's `Clone`, `Hash` or `Eq`, the timer's clock), or dropped with
@@ -820,7 +820,7 @@ where
 
     /// True once [`shutdown`](Self::shutdown) has started: from then on
     /// [`try_complete_else_watch`](Self::try_complete_else_watch) refuses every operation with
-    /// [`WatchError::Shutdown`](crate::WatchError::Shutdown).
+    /// [`WatchError::Shutdown`].
     ///
     /// A purgatory on a shared timer whose owner shut the timer down first reads false here
     /// (it refuses only the operations it would have to arm); [`timer`](Self::timer)`()`'s

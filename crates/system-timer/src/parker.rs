@@ -249,7 +249,7 @@ impl Parker {
 
 /// A [`Parker::stamp`]: a reading of the alarm's clock, or nothing without an alarm. Under
 /// loom, the deadline (ns on the timer's clock, `None`: until unparked) the sleep or rearm it
-/// goes with is for: see [`Stamp::at`].
+/// goes with is for: see `Stamp::at` (under loom only).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Stamp(
     #[cfg(all(target_os = "linux", not(loom)))] Option<crate::alarm::Stamp>,

@@ -275,7 +275,7 @@ impl<T: TimerTask> Builder<T> {
     }
 
     /// Run expired tasks on `n` executor threads (default 1; at most
-    /// [`MAX_EXECUTOR_THREADS`](crate::MAX_EXECUTOR_THREADS), or
+    /// [`MAX_EXECUTOR_THREADS`], or
     /// [`try_build`](Self::try_build) refuses it).
     pub fn executor_threads(mut self, n: usize) -> Self {
         self.executor_threads = n;
@@ -389,7 +389,7 @@ impl<T: TimerTask> Builder<T> {
     /// [`MAX_WHEEL_SIZE`](timing_wheel::MAX_WHEEL_SIZE)), a tick × wheel size that overflows a
     /// `u64` of nanoseconds, a [`shards`](Self::shards) count outside `1..=256` (those three as
     /// [`BuildError::Wheel`]), zero executor threads or more than
-    /// [`MAX_EXECUTOR_THREADS`](crate::MAX_EXECUTOR_THREADS), a failed thread
+    /// [`MAX_EXECUTOR_THREADS`], a failed thread
     /// spawn (or a [`name`](Self::name) with a NUL byte, which no thread can have), or (under
     /// `--cfg loom`) a reaper. (Under loom, executors are not an error: the timer runs its tasks
     /// inline instead, unless a model asked for loom executor threads.)
