@@ -1821,7 +1821,9 @@ fn draw_plot(svg: &mut String, args: &Args, r: &Report) -> Result<(), Box<dyn st
                 .enumerate()
                 .step_by(step)
                 .filter(|(_, v)| **v <= hi)
-                .map(|(i, v)| (*v, i as f64 / d.len() as f64)),
+                // The empirical CDF: the (i+1)-th smallest delay has i+1 of n at or below it
+                // (i/n topped out at (n-1)/n, under 1 with every request counted).
+                .map(|(i, v)| (*v, (i + 1) as f64 / d.len() as f64)),
             ShapeStyle::from(&BLUE).stroke_width(2),
         ))?;
     }
@@ -1977,9 +1979,20 @@ mod tests {
                 r.expected_expired > 0,
                 "the distribution has a tail past the timeout"
             );
-            // Generous: a loaded CI machine may make the completer late near the boundary.
+            // Never fewer expiries than the requests whose latency reached the timeout (the
+            // completer is never given those), and no outcome against the completer's timing
+            // (a lost completion expires): exact. More expiries are a late completer's: a
+            // loaded machine (load 8 on 2 cores, helpers' builds beside it) made 3.3% of the
+            // requests late, so the bound above is generous.
+            assert_eq!(r.wrong_outcome, 0, "{model:?}");
             assert!(
-                r.expired.abs_diff(r.expected_expired) <= r.boundary + a.num / 100,
+                r.expired >= r.expected_expired,
+                "{model:?}: expired {} < expected {}",
+                r.expired,
+                r.expected_expired
+            );
+            assert!(
+                r.expired - r.expected_expired <= r.boundary + a.num / 20,
                 "{model:?}: expired {} vs expected {} ±{}",
                 r.expired,
                 r.expected_expired,
