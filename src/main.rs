@@ -292,18 +292,22 @@ fn measure_in_child(name: &str, runs: usize, warm: bool, n: usize, range_ms: u64
     if warm {
         extra.push("--warm");
     }
-    or_exit(probe.run("churn-probe", &extra, |stdout| {
-        let v: Vec<f64> = stdout
-            .split_whitespace()
-            .filter_map(|x| x.parse().ok())
-            .collect();
-        (v.len() == 4).then(|| ChurnFigures {
-            add_ns: v[0],
-            cancel_ns: v[1],
-            add_cpu_ns: v[2],
-            cancel_cpu_ns: v[3],
-        })
-    }))
+    or_exit(probe.run("churn-probe", &extra, parse_churn))
+}
+
+/// A churn probe's output: exactly four numbers (add and cancel ns per op, wall then CPU);
+/// anything else (a stray line, a missing figure) is a failed probe.
+fn parse_churn(stdout: &str) -> Option<ChurnFigures> {
+    let v: Vec<f64> = stdout
+        .split_whitespace()
+        .map(|x| x.parse().ok())
+        .collect::<Option<_>>()?;
+    (v.len() == 4).then(|| ChurnFigures {
+        add_ns: v[0],
+        cancel_ns: v[1],
+        add_cpu_ns: v[2],
+        cancel_cpu_ns: v[3],
+    })
 }
 
 /// Bytes per pending task of `name`: the peak RSS of a child that adds `n` tasks, minus that
@@ -605,6 +609,20 @@ mod tests {
                 parse(&[sub, "--impls", "wheel,delay-queue"]).is_ok(),
                 "{sub}"
             );
+        }
+    }
+
+    /// A churn probe's output is four numbers and nothing else: a stray word among them was
+    /// skipped, and the four numbers around it taken as the figures.
+    #[test]
+    fn a_churn_probe_prints_exactly_four_numbers() {
+        let f = parse_churn("1.5 2 3 4.25\n").expect("four numbers");
+        assert_eq!(
+            (f.add_ns, f.cancel_ns, f.add_cpu_ns, f.cancel_cpu_ns),
+            (1.5, 2.0, 3.0, 4.25)
+        );
+        for bad in ["1 2 3", "1 2 3 4 5", "1 2 warning 3 4", ""] {
+            assert!(parse_churn(bad).is_none(), "{bad:?}");
         }
     }
 
