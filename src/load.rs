@@ -1766,6 +1766,15 @@ fn find_max_rate(args: &Args) -> ExitCode {
     exit_status(passed)
 }
 
+/// The rate series' windows that the generator spent whole issuing: the first `floor(span ×
+/// 10)`, the span being the run's issuing time (`num / achieved_rate`). The window it ended in,
+/// partial, would look like a drop, and the later ones (sampled while the run drained) are
+/// empty. One more whole window was dropped too (`floor − 1`).
+fn generating_windows(r: &Report) -> &[f64] {
+    let windows = ((r.num as f64 / r.achieved_rate.max(1.0)) * 10.0).floor() as usize;
+    &r.rate_series[..r.rate_series.len().min(windows.max(1))]
+}
+
 /// The `--plot` figure, drawn with plotters (SVG backend): the run's header, then the
 /// completion-delay distribution (CDF up to p99.9) and the achieved issue rate per 100 ms window
 /// while the generator ran, against the target rate.
@@ -1828,10 +1837,8 @@ fn draw_plot(svg: &mut String, args: &Args, r: &Report) -> Result<(), Box<dyn st
         ))?;
     }
 
-    // Panel 2: issue rate over time, while generating (whole windows only: the last, partial
-    // one would look like a drop).
-    let windows = ((r.num as f64 / r.achieved_rate.max(1.0)) * 10.0).floor() as usize;
-    let series = &r.rate_series[..r.rate_series.len().min(windows.saturating_sub(1).max(1))];
+    // Panel 2: issue rate over time, while generating.
+    let series = generating_windows(r);
     if !series.is_empty() {
         let top = series.iter().copied().fold(args.rate, f64::max) * 1.15;
         let secs = (series.len() as f64 / 10.0).max(0.1);
@@ -2312,6 +2319,27 @@ mod tests {
             );
             assert!(f.lowest >= 1.0);
         }
+    }
+
+    /// The plot's rate panel shows every window the generator spent whole issuing, and none
+    /// after: 1,000 requests at 1,000/s are ten windows, at 800/s twelve (1.25 s: the
+    /// thirteenth is partial); drained windows (zeros) are left out.
+    #[test]
+    fn the_rate_panel_shows_the_whole_generating_windows() {
+        let r = |achieved_rate: f64| Report {
+            num: 1_000,
+            achieved_rate,
+            rate_series: vec![1_000.0; 20],
+            ..Report::default()
+        };
+        assert_eq!(generating_windows(&r(1_000.0)).len(), 10);
+        assert_eq!(generating_windows(&r(800.0)).len(), 12);
+        // A series shorter than the span (a run cut short) is shown whole.
+        let short = Report {
+            rate_series: vec![1_000.0; 4],
+            ..r(1_000.0)
+        };
+        assert_eq!(generating_windows(&short).len(), 4);
     }
 
     /// The exit status's counts: a request counted neither way, or fewer expiries than the
