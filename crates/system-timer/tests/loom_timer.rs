@@ -1468,6 +1468,45 @@ fn shutdown_races_a_due_add_to_the_executors() {
     shutdown_races_executor_dispatch(true, None, &["handed back", "ran", "refused"]);
 }
 
+/// Two shutdowns race while the one executor holds a due task (the advance before them sent
+/// it). The call that loses the `stopping` swap returns nothing, but only once the winner has
+/// finished (`Finished`: the executor joined): the task has run, or been handed back by the
+/// winner, before either call returns, and nothing runs after.
+///
+/// Catches: the losing call returning at once (the task then runs after it returned); the
+/// winner's `Finished::set` left out (the loser waits for ever: a deadlock).
+#[test]
+fn a_losing_shutdown_waits_for_the_winner() {
+    model(&["ran", "handed back"], || {
+        let clock = ManualClock::new(0);
+        let log = new_log();
+        let timer = Arc::new(executor_timer::<Probe>(&clock, 1));
+        timer.add(MS, probe(1, &clock, &log)).unwrap();
+        set_clock(&clock, 1);
+        timer.advance();
+
+        let shut =
+            |timer: &SystemTimer<Probe>, log: &Log| (ids(&timer.shutdown()), runs(log).len());
+        let other = {
+            let (timer, log) = (Arc::clone(&timer), Arc::clone(&log));
+            thread::spawn(move || shut(&timer, &log))
+        };
+        let (mine, mine_ran) = shut(&timer, &log);
+        let (theirs, theirs_ran) = other.join().unwrap();
+
+        let ran = runs(&log);
+        assert_eq!(
+            (mine_ran, theirs_ran),
+            (ran.len(), ran.len()),
+            "a task ran after a shutdown returned"
+        );
+        assert!(mine.is_empty() || theirs.is_empty(), "both handed back");
+        assert_eq!(timer.len(), 0);
+        timer.check_invariants();
+        fate(1, &ran, &[mine, theirs].concat(), &[])
+    });
+}
+
 // ===== `advance_clock`: callers who run no reaper sleep on the parker's epoch =====
 
 /// `advance_clock` (Kafka's `advanceClock(timeout)`) reads the parker's epoch before it looks at
