@@ -3,8 +3,10 @@
 //! and the reaper's turn, `Inner::reaper_step`, which with the [`Parker`] is compiled under loom
 //! too); the executors and their [`Semaphore`], and [`advance_clock`], are compiled as they are,
 //! for the models of `tests/loom_timer.rs` (a timer built with `Builder::model_executors` starts
-//! its executors as loom threads). Not under loom: the clock's waker (`Weak`), and the shutdown
-//! finished on a thread of its own ([`shutdown_elsewhere`]; under loom `stop` never defers).
+//! its executors as loom threads), and so is the shutdown finished on a thread of its own
+//! ([`shutdown_elsewhere`]: under loom only for `shutdown_in_background`, since loom's threads
+//! share the std thread-locals that tell a timer's own threads apart). Not under loom: the
+//! clock's waker (`Weak`).
 //!
 //! # The reaper's sleep
 //!
@@ -140,7 +142,6 @@ impl Threads {
 /// the pending and ready tasks here, after releasing every lock; the timer's threads are left
 /// to stop on their own (the reaper sees `stopping`, the executors a closed channel),
 /// detached.
-#[cfg(not(loom))]
 pub(crate) fn shutdown_elsewhere<T: TimerTask>(inner: Arc<Inner<T>>, threads: Threads) {
     // The wheel is closed here, before the caller returns, as a joining shutdown closes it
     // before it returns: later adds fail, and cancels and takes find nothing. (Left to the
@@ -184,7 +185,7 @@ fn spawn_refused_by_test() -> bool {
     tests::FAIL_SHUTDOWN_SPAWN.with(std::cell::Cell::get)
 }
 
-#[cfg(all(not(test), not(loom)))]
+#[cfg(any(not(test), loom))]
 #[inline(always)]
 fn spawn_refused_by_test() -> bool {
     false

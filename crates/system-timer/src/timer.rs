@@ -951,8 +951,11 @@ impl<T: TimerTask> SystemTimer<T> {
         }
         #[cfg(loom)]
         {
-            let _ = background;
             let threads = std::mem::take(&mut *self.threads.lock());
+            if background {
+                crate::reaper::shutdown_elsewhere(Arc::clone(inner), threads);
+                return Vec::new();
+            }
             inner.finish_shutdown(threads)
         }
     }

@@ -1507,6 +1507,91 @@ fn a_losing_shutdown_waits_for_the_winner() {
     });
 }
 
+/// A [`Probe`] that counts itself gone when dropped: after its run, or unrun (handed back and
+/// dropped by a background shutdown).
+struct Counted {
+    probe: Option<Probe>,
+    gone: Arc<AtomicUsize>,
+}
+
+impl TimerTask for Counted {
+    fn run(mut self) {
+        if let Some(p) = self.probe.take() {
+            p.run();
+        }
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.gone.fetch_add(1, SeqCst);
+    }
+}
+
+impl fmt::Debug for Counted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Counted({:?})", self.probe)
+    }
+}
+
+/// `shutdown_in_background` races an advance that sends task 1 to the one executor; task 2
+/// waits in the wheel. The call closes the wheel before it returns (an add after it is refused)
+/// and a thread of its own finishes the shutdown: joins the executor once its task has returned
+/// and drops the tasks that never ran. A `shutdown` after it returns once that thread has
+/// finished, and no task runs after. Each task is gone exactly once: task 1 ran or was dropped
+/// unrun, task 2 dropped unrun; none is kept (main waits for both to be gone: a lost one hangs
+/// it, which loom reports).
+///
+/// Catches: the wheel closed by the background thread instead of before the call returns (the
+/// add after it is accepted); the tasks the shutdown took never dropped (main waits for ever);
+/// the background thread not setting `Finished` (the later `shutdown` waits for ever); a task
+/// run after the later `shutdown` returned.
+#[test]
+fn a_background_shutdown_races_an_advance_to_the_executors() {
+    model_bounded(Some(3), &["ran", "dropped unrun"], || {
+        let clock = ManualClock::new(0);
+        let log = new_log();
+        let gone = Arc::new(AtomicUsize::new(0));
+        let counted = |id| Counted {
+            probe: Some(probe(id, &clock, &log)),
+            gone: Arc::clone(&gone),
+        };
+        let timer = Arc::new(executor_timer::<Counted>(&clock, 1));
+        timer.add(MS, counted(1)).unwrap();
+        timer.add(5 * MS, counted(2)).unwrap();
+        set_clock(&clock, 1);
+
+        let advancer = {
+            let timer = Arc::clone(&timer);
+            thread::spawn(move || timer.advance())
+        };
+        timer.shutdown_in_background();
+        match timer.add(5 * MS, counted(3)) {
+            Err(ScheduleError::Shutdown(_)) => {}
+            other => panic!("an add after shutdown_in_background returned: {other:?}"),
+        }
+        assert!(
+            timer.shutdown().is_empty(),
+            "the background shutdown took them"
+        );
+        let ran_by_return = runs(&log);
+        advancer.join().unwrap();
+        // Tasks 1 and 2, and the refused task 3.
+        while gone.load(SeqCst) < 3 {
+            thread::yield_now();
+        }
+
+        let ran = runs(&log);
+        assert_eq!(ran, ran_by_return, "a task ran after shutdown returned");
+        assert!(ran.iter().all(|r| r.id == 1), "{ran:?}");
+        match ran.len() {
+            0 => "dropped unrun",
+            1 => "ran",
+            n => panic!("task 1 ran {n} times"),
+        }
+    });
+}
+
 // ===== `advance_clock`: callers who run no reaper sleep on the parker's epoch =====
 
 /// `advance_clock` (Kafka's `advanceClock(timeout)`) reads the parker's epoch before it looks at
