@@ -160,11 +160,7 @@ pub(crate) fn shutdown_elsewhere<T: TimerTask>(inner: Arc<Inner<T>>, threads: Th
             crate::timer::drop_each(closed);
         }
     };
-    let spawned = if spawn_refused_by_test() {
-        Err(std::io::Error::other("spawn refused (test)"))
-    } else {
-        spawn_named(name, finish)
-    };
+    let spawned = spawn_unless_refused(name, finish);
     if spawned.is_err() {
         let taken = slot.lock().take();
         if let Some((inner, threads, mut dropped)) = taken {
@@ -179,16 +175,37 @@ pub(crate) fn shutdown_elsewhere<T: TimerTask>(inner: Arc<Inner<T>>, threads: Th
     }
 }
 
-/// Tests make this thread's `shutdown_elsewhere` find its thread unspawnable.
+/// Tests make this thread's timer spawns (`start`'s, `shutdown_elsewhere`'s) fail once the
+/// count they set runs out (`tests::SPAWNS_ALLOWED`).
 #[cfg(all(test, not(loom)))]
 fn spawn_refused_by_test() -> bool {
-    tests::FAIL_SHUTDOWN_SPAWN.with(std::cell::Cell::get)
+    tests::SPAWNS_ALLOWED.with(|left| match left.get() {
+        None => false,
+        Some(0) => true,
+        Some(n) => {
+            left.set(Some(n - 1));
+            false
+        }
+    })
 }
 
 #[cfg(any(not(test), loom))]
 #[inline(always)]
 fn spawn_refused_by_test() -> bool {
     false
+}
+
+/// [`spawn_named`], unless a test refuses the spawn ([`spawn_refused_by_test`]).
+fn spawn_unless_refused<F, R>(name: String, f: F) -> std::io::Result<JoinHandle<R>>
+where
+    F: FnOnce() -> R + Send + 'static,
+    R: Send + 'static,
+{
+    if spawn_refused_by_test() {
+        Err(std::io::Error::other("spawn refused (test)"))
+    } else {
+        spawn_named(name, f)
+    }
 }
 
 thread_local! {
@@ -289,7 +306,7 @@ pub(crate) fn start<T: TimerTask>(
     if let Some(rx) = receiver {
         for i in 0..executors {
             let (inner2, rx) = (Arc::clone(inner), rx.clone());
-            let t = spawn_named(format!("{}-executor-{i}", inner.name), move || {
+            let t = spawn_unless_refused(format!("{}-executor-{i}", inner.name), move || {
                 mark_timer_thread(inner2.id);
                 executor_loop(&inner2, &rx)
             });
@@ -302,7 +319,7 @@ pub(crate) fn start<T: TimerTask>(
     if reaper {
         let inner2 = Arc::clone(inner);
         let name = format!("{}-reaper", inner.name);
-        match spawn_named(name, move || {
+        match spawn_unless_refused(name, move || {
             mark_timer_thread(inner2.id);
             reaper_loop(&inner2)
         }) {
@@ -411,8 +428,9 @@ mod tests {
     use crate::ManualClock;
 
     thread_local! {
-        /// Makes this thread's next `shutdown_elsewhere` find its thread unspawnable.
-        pub(super) static FAIL_SHUTDOWN_SPAWN: Cell<bool> = const { Cell::new(false) };
+        /// How many more timer threads this thread may spawn before a spawn fails (`None`: no
+        /// limit).
+        pub(super) static SPAWNS_ALLOWED: Cell<Option<usize>> = const { Cell::new(None) };
     }
 
     /// Counts its drops.
@@ -563,15 +581,47 @@ mod tests {
                 r.fetch_add(1, SeqCst);
             })
             .unwrap();
-        FAIL_SHUTDOWN_SPAWN.with(|f| f.set(true));
+        SPAWNS_ALLOWED.with(|f| f.set(Some(0)));
         clock.advance(Duration::from_millis(10));
         assert_eq!(timer.advance(), 1);
-        FAIL_SHUTDOWN_SPAWN.with(|f| f.set(false));
+        SPAWNS_ALLOWED.with(|f| f.set(None));
         assert_eq!(drops.load(SeqCst), 1, "the pending task is dropped");
         let later = timer.add(Duration::from_millis(1), || ());
         assert!(later.unwrap_err().is_shutdown());
         clock.advance(Duration::from_secs(2));
         assert_eq!(timer.advance(), 0);
         assert_eq!(ran.load(SeqCst), 0);
+    }
+
+    /// The timer's threads of this process whose name starts with `prefix` (`comm`: the first
+    /// 15 bytes of a thread's name).
+    fn threads_named(prefix: &str) -> usize {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .filter(|comm| comm.starts_with(prefix))
+            .count()
+    }
+
+    /// A build whose spawn fails half-way (an executor, or the reaper after every executor)
+    /// reports the error and leaves no thread behind: `abort_start` stops and joins the ones
+    /// already started, asleep on the executors' semaphore or the reaper's parker.
+    #[test]
+    fn a_build_whose_spawn_fails_leaves_no_thread_behind() {
+        // Three executors and the reaper: spawns 0..=2 are the executors, 3 the reaper.
+        for allowed in 0..=3 {
+            let name = format!("abort{allowed}");
+            SPAWNS_ALLOWED.with(|f| f.set(Some(allowed)));
+            let built = crate::SystemTimer::builder()
+                .name(&name)
+                .executor_threads(3)
+                .try_build();
+            SPAWNS_ALLOWED.with(|f| f.set(None));
+            match built {
+                Err(crate::BuildError::Spawn(e)) => assert!(e.contains("refused"), "{e}"),
+                other => panic!("{allowed} spawns allowed: {other:?}"),
+            }
+            assert_eq!(threads_named(&name), 0, "{allowed} spawns allowed");
+        }
     }
 }
