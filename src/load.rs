@@ -439,14 +439,11 @@ pub fn run(args: &Args) -> ExitCode {
     // more than those plus the requests under the timeout by less than a tick) is reported in
     // the table.
     let checks_passed = correct(&report) && report.baseline.as_deref().is_none_or(correct);
-    to_stdout(format_args!(
-        "{}",
-        if args.json {
-            format!("{}\n", to_json(args, &report))
-        } else {
-            table(args, &report)
-        }
-    ));
+    if args.json {
+        to_stdout(format_args!("{}\n", to_json(args, &report)));
+    } else {
+        to_stdout(format_args!("{}", table(args, &report)));
+    }
     if let Some(path) = &args.plot {
         let written = plot_svg(args, &report)
             .map_err(|e| format!("cannot draw the plot: {e}"))

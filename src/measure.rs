@@ -70,9 +70,9 @@ fn status(checks_passed: bool, stdout_lost: bool) -> u8 {
     }
 }
 
-/// `println!` for a workload's report, through [`to_stdout`]: a
-/// standard output that cannot be written is an error for the exit status, not a panic.
-/// Evaluates to whether standard output still takes the report.
+/// `println!` for a workload's report, through [`to_stdout`]: a standard output that cannot be
+/// written is an error for the exit status, not a panic. Evaluates to whether standard output
+/// still takes the report.
 #[macro_export]
 macro_rules! out {
     () => {
