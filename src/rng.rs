@@ -44,4 +44,25 @@ mod tests {
         let f = SplitMix64::new(42).next_f64();
         assert!((0.0..1.0).contains(&f));
     }
+
+    /// The benchmarks' seed (BENCHMARKS.md: splitmix64 seeded with 42, task `i` using the i-th
+    /// output), against the definition computed independently (Python, 64-bit wrapping), and
+    /// `next_f64` as the output's top 53 bits over 2^53, exactly.
+    #[test]
+    fn seed_42_gives_the_benchmarks_outputs_and_floats_from_their_top_53_bits() {
+        let mut r = SplitMix64::new(42);
+        assert_eq!(r.next(), 0xBDD7_3226_2FEB_6E95);
+        assert_eq!(r.next(), 0x28EF_E333_B266_F103);
+        assert_eq!(r.next(), 0x4752_6757_130F_9F52);
+        // 0xBDD732262FEB6E95 >> 11 = 6679422623415661; over 2^53 (a power of two: exact).
+        assert_eq!(
+            SplitMix64::new(42).next_f64(),
+            6_679_422_623_415_661.0 / 9_007_199_254_740_992.0
+        );
+        // 0xE220A8397B1DCDAF >> 11 = 7956156453446585.
+        assert_eq!(
+            SplitMix64::new(0).next_f64(),
+            7_956_156_453_446_585.0 / 9_007_199_254_740_992.0
+        );
+    }
 }
