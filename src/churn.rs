@@ -642,11 +642,21 @@ mod tests {
     }
 
     /// The longest delay the workloads accept is one every target takes, warmed up too (the
-    /// delay queue counts a deadline from its creation).
+    /// delay queue counts a deadline from its creation). And every target's count is its
+    /// pending tasks, a cancel taking out its own task once: W1's checks read both (on a real
+    /// clock only as bounds, which a count stuck at 1 passed in this 3-task run).
     #[test]
-    fn every_target_takes_the_longest_delay() {
+    fn every_target_takes_the_longest_delay_and_counts_its_tasks() {
         let d = [MAX_RANGE_MS, 1, MAX_RANGE_MS];
         fn check<C: ChurnTarget>(mut t: C, d: &[u64]) {
+            let hs: Vec<C::Handle> = (0..3).map(|i| t.add(60_000, i)).collect();
+            assert_eq!(t.len(), 3);
+            assert!(t.cancel(&hs[1]), "a pending task's cancel wins");
+            assert_eq!(t.len(), 2);
+            assert!(!t.cancel(&hs[1]), "a cancelled task's cancel loses");
+            assert_eq!(t.len(), 2);
+            assert!(t.cancel(&hs[0]) && t.cancel(&hs[2]));
+            assert_eq!(t.len(), 0);
             t.warm_up(d);
             run_once(&mut t, d);
         }
@@ -654,8 +664,125 @@ mod tests {
         check(ConcurrentWheelTarget::new(), &d);
         check(HeapTarget::default(), &d);
         check(TimerTarget::new(), &d);
+        check(TypedTimerTarget::new(), &d);
         check(KeyedTimerTarget::new(), &d);
         check(DelayQueueTarget::new(), &d);
+    }
+
+    /// W1's and W5's delays are BENCHMARKS.md's: `1 + (rand_i % range)`, splitmix64 seeded
+    /// with 42 (its outputs 0xBDD732262FEB6E95, 0x28EFE333B266F103, 0x47526757130F9F52,
+    /// 0x581CE1FF0E4AE394, modulo 30,000, plus one).
+    #[test]
+    fn the_delays_are_the_benchmarks() {
+        assert_eq!(delays(4, 30_000), [5414, 22292, 3859, 25765]);
+        assert_eq!(delays(2, 1), [1, 1]);
+    }
+
+    /// A task counted in ticks may fire up to a tick (1 ms) before its delay has run out: a
+    /// failed cancel of a task due within the run plus a tick is the clock's doing, one due
+    /// later a lost task.
+    #[test]
+    fn only_a_task_due_after_the_run_and_a_tick_counts_as_not_yet_due() {
+        let d = [5, 5, 6];
+        let ran = Duration::from_millis(4);
+        assert_eq!(
+            not_yet_due(&d, &[0, 1], ran),
+            0,
+            "due at 5 ms, within 4 ms and a tick"
+        );
+        assert_eq!(not_yet_due(&d, &[0, 2], ran), 1, "due at 6 ms");
+        let just_before = ran - Duration::from_nanos(1);
+        assert_eq!(not_yet_due(&d, &[0, 1, 2], just_before), 3);
+    }
+
+    #[test]
+    fn the_median_figures_are_each_fields_median() {
+        let f = |add_ns, cancel_ns, add_cpu_ns, cancel_cpu_ns| ChurnFigures {
+            add_ns,
+            cancel_ns,
+            add_cpu_ns,
+            cancel_cpu_ns,
+        };
+        let runs = [
+            f(1.0, 40.0, 300.0, 2000.0),
+            f(3.0, 10.0, 100.0, 3000.0),
+            f(2.0, 20.0, 200.0, 1000.0),
+        ];
+        let m = ChurnFigures::median(&runs);
+        assert_eq!(
+            (m.add_ns, m.cancel_ns, m.add_cpu_ns, m.cancel_cpu_ns),
+            (2.0, 20.0, 200.0, 2000.0)
+        );
+    }
+
+    /// An exact target that counts its warm-ups in `warmed` (and does nothing else for them).
+    struct CountsWarmUps<'a> {
+        len: usize,
+        warmed: &'a std::cell::Cell<usize>,
+    }
+
+    impl ChurnTarget for CountsWarmUps<'_> {
+        type Handle = ();
+        fn add(&mut self, _delay_ms: u64, _id: u64) {
+            self.len += 1;
+        }
+        fn cancel(&mut self, _h: &()) -> bool {
+            self.len -= 1;
+            true
+        }
+        fn len(&self) -> usize {
+            self.len
+        }
+        fn warm_up(&mut self, _delays: &[u64]) {
+            self.warmed.set(self.warmed.get() + 1);
+        }
+    }
+
+    /// W1's figures are medians of `runs` runs (at least one), each on a fresh target, warmed
+    /// up first only when asked.
+    #[test]
+    fn run_median_runs_each_run_on_a_fresh_target_warmed_up_when_asked() {
+        let d = delays(100, 30_000);
+        for (runs, warm, targets, warm_ups) in [(3, true, 3, 3), (2, false, 2, 0), (0, true, 1, 1)]
+        {
+            let (made, warmed) = (std::cell::Cell::new(0), std::cell::Cell::new(0));
+            let f = run_median(runs, &d, warm, || {
+                made.set(made.get() + 1);
+                CountsWarmUps {
+                    len: 0,
+                    warmed: &warmed,
+                }
+            });
+            assert_eq!(
+                (made.get(), warmed.get()),
+                (targets, warm_ups),
+                "{runs} {warm}"
+            );
+            assert!(f.add_ns.is_finite() && f.cancel_ns.is_finite());
+        }
+    }
+
+    /// The heap's warm-up leaves it empty but owning the room of the run (its lazy cancel
+    /// would leave the entries in: the default warm-up does not empty it).
+    #[test]
+    fn a_warmed_up_heap_is_empty_and_owns_the_runs_memory() {
+        let d = delays(1_000, 30_000);
+        let mut t = HeapTarget::default();
+        t.warm_up(&d);
+        assert_eq!((t.len(), t.heap.len()), (0, 0));
+        assert!(t.heap.capacity() >= d.len() && t.cancelled.len() >= d.len());
+        assert!(t.cancelled.iter().all(|c| !c), "no task flagged cancelled");
+        run_once(&mut t, &d);
+    }
+
+    /// The RSS probe fills a target with W1's delays (the wheel refuses a delay of 0, the
+    /// delay queue one of 2^36 ms or more) and returns the process's peak RSS (megabytes).
+    #[test]
+    fn the_rss_probe_adds_w1s_delays_and_returns_the_peak_rss() {
+        for name in ["wheel", "delay-queue"] {
+            let peak = rss_probe(name, 1_000, 5);
+            assert!(peak >= 1 << 20, "{name}: {peak} bytes");
+        }
     }
 
     #[test]
