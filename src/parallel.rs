@@ -342,11 +342,16 @@ pub fn run_once<S: SharedTarget>(target: &S, delays: &[u64], split: Split) -> Pa
         let end = stamps.iter().map(|s| s[b]).max().expect("two threads");
         end.duration_since(start).as_nanos() as f64
     };
-    let (add_wall, cancel_wall) = (span(0, 1), span(2, 3));
-    let ops = (n + expected).max(1) as f64;
+    figures(n, expected, span(0, 1), span(2, 3), cpu)
+}
+
+/// W1x2's figures from a run's readings: `n` adds and `cancels` cancels, the phases' wall
+/// times (ns, first start to last end) and the process CPU over the run (ns).
+fn figures(n: usize, cancels: usize, add_wall: f64, cancel_wall: f64, cpu: u64) -> ParallelFigures {
+    let ops = (n + cancels).max(1) as f64;
     ParallelFigures {
         add_ns: add_wall / n.max(1) as f64,
-        cancel_ns: cancel_wall / expected.max(1) as f64,
+        cancel_ns: cancel_wall / cancels.max(1) as f64,
         all_ns: (add_wall + cancel_wall) / ops,
         cpu_ns: cpu as f64 / ops,
         cores: cpu as f64 / (add_wall + cancel_wall).max(1.0),
@@ -384,6 +389,14 @@ where
             cores: m2(|f| f.cores),
         },
     )
+}
+
+/// W1's wall ns per operation over both phases, from its per-phase figures at `n` tasks: what
+/// W1x2's `all` is, (add wall + cancel wall) / (adds + cancels).
+fn w1_all_ns(w1: &ChurnFigures, n: usize) -> f64 {
+    let n_cancel = n - n.div_ceil(10);
+    let ops = (n + n_cancel).max(1) as f64;
+    (w1.add_ns * n as f64 + w1.cancel_ns * n_cancel as f64) / ops
 }
 
 /// Runs the workload and prints its table; returns the process exit code.
@@ -441,8 +454,6 @@ fn run_with(
         "cores"
     );
     let delays = churn::delays(a.n, a.range_ms);
-    let n_cancel = a.n - a.n.div_ceil(10);
-    let ops = (a.n + n_cancel).max(1) as f64;
     for name in while_stdout_taken(&a.impls) {
         // A broken check panics where it is found: status 1, as W1's failed child and W2's
         // failed check are (the panic said 101, and nothing after it ran).
@@ -452,7 +463,7 @@ fn run_with(
             note!("error: {name} failed a check (above); the run stops");
             return exit_status(false);
         };
-        let w1_all = (w1.add_ns * a.n as f64 + w1.cancel_ns * n_cancel as f64) / ops;
+        let w1_all = w1_all_ns(&w1, a.n);
         out!(
             "{:<18} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>8.2} {:>9.1} {:>6.2}",
             name,
@@ -751,6 +762,77 @@ mod tests {
             panicked,
             "run_once returned figures after a worker panicked"
         );
+    }
+
+    /// W1x2's figures: each phase's wall over its own operations, both phases' over all of
+    /// them, and the run's CPU per operation and over the phases' wall (the cores it got).
+    #[test]
+    fn w1x2s_figures_are_the_phases_time_over_their_operations() {
+        let f = figures(4, 2, 400.0, 200.0, 1_200);
+        assert_eq!(
+            (f.add_ns, f.cancel_ns, f.all_ns, f.cpu_ns, f.cores),
+            (100.0, 100.0, 100.0, 200.0, 2.0)
+        );
+    }
+
+    /// The x1 column of W1x2's table: W1's phases over all of its operations, as x2's `all`
+    /// (10 adds at 10 ns and 9 cancels at 20 ns: 280 ns over 19 operations).
+    #[test]
+    fn w1s_all_is_both_phases_wall_over_all_operations() {
+        let w1 = ChurnFigures {
+            add_ns: 10.0,
+            cancel_ns: 20.0,
+            ..ChurnFigures::default()
+        };
+        assert_eq!(w1_all_ns(&w1, 10), 280.0 / 19.0);
+    }
+
+    /// Every implementation W1x2 runs, on both splits: its adds, cancels and count pass the
+    /// checks (exact ones on a manual clock: a cancel that removed nothing, or a count stuck
+    /// at 0 or 1, fails them; on a real clock the kept tasks, due in up to 30 s, bound the
+    /// count).
+    #[test]
+    fn every_implementation_passes_w1x2s_checks() {
+        let d = churn::delays(100, 30_000);
+        fn check<S: SharedTarget>(make: impl Fn() -> S, d: &[u64]) {
+            for split in [Split::Interleaved, Split::Halves] {
+                let t = make();
+                run_once(&t, d, split);
+                let before = t.len();
+                let h = t.add(60_000, 1_000);
+                assert_eq!(t.len(), before + 1);
+                assert!(t.cancel(&h), "a pending task's cancel wins");
+                assert!(!t.cancel(&h), "a cancelled task's cancel loses");
+                assert_eq!(t.len(), before);
+            }
+        }
+        check(system_timer::SystemTimer::<system_timer::Task>::new, &d);
+        check(|| system_timer::Builder::<IdTask>::new().build(), &d);
+        check(KeyedTimerTarget::new, &d);
+        check(ConcurrentWheelTarget::new, &d);
+        check(|| Mutex::new(DelayQueueTarget::new()), &d);
+        check(|| Mutex::new(HeapTarget::default()), &d);
+    }
+
+    /// Each of W1x2's runs is a W1 run and a W1x2 run, each on a fresh structure.
+    #[test]
+    fn measure_runs_w1_and_w1x2_on_a_fresh_structure_each_run() {
+        let d = churn::delays(100, 30_000);
+        let (singles, shareds) = (std::cell::Cell::new(0), std::cell::Cell::new(0));
+        measure(
+            3,
+            &d,
+            Split::Halves,
+            || {
+                singles.set(singles.get() + 1);
+                HeapTarget::default()
+            },
+            || {
+                shareds.set(shareds.get() + 1);
+                Mutex::new(HeapTarget::default())
+            },
+        );
+        assert_eq!((singles.get(), shareds.get()), (3, 3));
     }
 
     #[test]
