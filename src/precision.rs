@@ -147,24 +147,7 @@ impl Recorder {
                 }
             }
         }
-        late.sort_unstable();
-        let q = |q: f64| -> i64 {
-            if late.is_empty() {
-                return 0;
-            }
-            let rank = ((q * late.len() as f64).ceil() as usize).clamp(1, late.len());
-            late[rank - 1]
-        };
-        Precision {
-            p50_ns: q(0.50),
-            p99_ns: q(0.99),
-            p999_ns: q(0.999),
-            min_ns: late.first().copied().unwrap_or(0),
-            max_ns: late.last().copied().unwrap_or(0),
-            early: late.iter().take_while(|&&l| l < 0).count() as u64,
-            missing,
-            duplicates,
-        }
+        Precision::of(late, missing, duplicates)
     }
 }
 
@@ -190,6 +173,29 @@ pub struct Precision {
 }
 
 impl Precision {
+    /// The figures of a run whose fired tasks were late by `late` (ns, each task's first
+    /// fire), with `missing` tasks that never fired and `duplicates` fires beyond the first.
+    fn of(mut late: Vec<i64>, missing: u64, duplicates: u64) -> Precision {
+        late.sort_unstable();
+        let q = |q: f64| -> i64 {
+            if late.is_empty() {
+                return 0;
+            }
+            let rank = ((q * late.len() as f64).ceil() as usize).clamp(1, late.len());
+            late[rank - 1]
+        };
+        Precision {
+            p50_ns: q(0.50),
+            p99_ns: q(0.99),
+            p999_ns: q(0.999),
+            min_ns: late.first().copied().unwrap_or(0),
+            max_ns: late.last().copied().unwrap_or(0),
+            early: late.iter().take_while(|&&l| l < 0).count() as u64,
+            missing,
+            duplicates,
+        }
+    }
+
     /// Early, missing or duplicate fires.
     pub fn failed(&self) -> bool {
         self.early + self.missing + self.duplicates > 0
@@ -523,19 +529,33 @@ fn measure(mut t: impl Target, rec: &Recorder, delays: &[u64], a: &Args) -> Row 
         t.add(i as u32, delay, due);
     }
     let add_wall = t0.elapsed();
-    let longest = Duration::from_millis(delays.iter().copied().max().unwrap_or(0));
-    let deadline = t0 + add_wall + longest + Duration::from_millis(a.timeout_ms);
-    t.wait(rec, deadline);
+    t.wait(rec, give_up_at(t0, add_wall, delays, a.timeout_ms));
     let cpu = process_cpu_ns().saturating_sub(cpu0);
     std::thread::sleep(Duration::from_millis(a.grace_ms));
     let note = t.note();
     t.shutdown();
+    let (cpu_s, add_ns) = per_run(cpu, add_wall, delays.len());
     Row {
         p: rec.summary(),
-        cpu_s: cpu as f64 / 1e9,
-        add_ns: add_wall.as_nanos() as f64 / delays.len().max(1) as f64,
+        cpu_s,
+        add_ns,
         note,
     }
+}
+
+/// When W2 stops waiting for missing fires: `timeout_ms` after the longest of `delays` has
+/// passed since the end of the adds (begun at `t0`, `add_wall` long).
+fn give_up_at(t0: Instant, add_wall: Duration, delays: &[u64], timeout_ms: u64) -> Instant {
+    let longest = Duration::from_millis(delays.iter().copied().max().unwrap_or(0));
+    t0 + add_wall + longest + Duration::from_millis(timeout_ms)
+}
+
+/// A run's CPU seconds (from its CPU nanoseconds) and wall ns per add (`n` adds in `add_wall`).
+fn per_run(cpu_ns: u64, add_wall: Duration, n: usize) -> (f64, f64) {
+    (
+        cpu_ns as f64 / 1e9,
+        add_wall.as_nanos() as f64 / n.max(1) as f64,
+    )
 }
 
 /// Runs the workload and prints its table; returns the process exit code.
@@ -683,20 +703,163 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_task_that_never_fires_is_counted_missing() {
-        let rec: &'static Recorder = Box::leak(Box::new(Recorder::new(3)));
-        let heap = HeapTimer::start(None, move |id, due| rec.fire(id as usize, due));
-        let args = Args {
+    /// A small run's flags: 3 tasks, no grace period, giving up 50 ms after the longest delay.
+    fn small_args() -> Args {
+        Args {
             n: 3,
             range_ms: 1,
             grace_ms: 0,
             timeout_ms: 50,
             impls: Vec::new(),
-        };
-        let row = measure(Drops0(HeapRun { heap }), rec, &[1, 1, 1], &args);
+        }
+    }
+
+    #[test]
+    fn a_task_that_never_fires_is_counted_missing() {
+        let rec: &'static Recorder = Box::leak(Box::new(Recorder::new(3)));
+        let heap = HeapTimer::start(None, move |id, due| rec.fire(id as usize, due));
+        let row = measure(Drops0(HeapRun { heap }), rec, &[1, 1, 1], &small_args());
         assert_eq!((row.p.missing, row.p.early, row.p.duplicates), (1, 0, 0));
         assert!(row.p.failed());
+    }
+
+    /// A target that records, per add, the delay, the due instant it was given and the instant
+    /// of the add; it never fires anything.
+    struct RecordsDue<'a>(&'a std::cell::RefCell<Vec<(Duration, Instant, Instant)>>);
+
+    impl Target for RecordsDue<'_> {
+        fn add(&mut self, _id: u32, delay: Duration, due: Instant) {
+            self.0.borrow_mut().push((delay, due, Instant::now()));
+        }
+        fn wait(&mut self, _rec: &Recorder, _deadline: Instant) -> bool {
+            false
+        }
+        fn shutdown(self) {}
+    }
+
+    /// Lateness is measured from the instant taken just before a task's add plus its delay: the
+    /// due instant W2 hands each add (delays of 1 and 2 s: a due instant that is not this one
+    /// is seconds away from it).
+    #[test]
+    fn a_tasks_due_instant_is_the_instant_before_its_add_plus_its_delay() {
+        let rec = Recorder::new(2);
+        let adds = std::cell::RefCell::new(Vec::new());
+        let before = Instant::now();
+        measure(RecordsDue(&adds), &rec, &[1_000, 2_000], &small_args());
+        let adds = adds.into_inner();
+        assert_eq!(adds.len(), 2);
+        for (delay, due, at_add) in adds {
+            let taken = due - delay;
+            assert!(before <= taken && taken <= at_add, "{delay:?}");
+        }
+    }
+
+    /// W2 gives up on missing fires its timeout after the longest delay has passed since the
+    /// end of the adds.
+    #[test]
+    fn w2_gives_up_its_timeout_after_the_longest_delay_past_the_adds() {
+        let t0 = Instant::now();
+        let add_wall = Duration::from_millis(7);
+        assert_eq!(
+            give_up_at(t0, add_wall, &[5, 300, 2], 100),
+            t0 + Duration::from_millis(407)
+        );
+        assert_eq!(
+            give_up_at(t0, add_wall, &[], 100),
+            t0 + Duration::from_millis(107)
+        );
+    }
+
+    /// The CPU column is seconds, the add column wall ns per add.
+    #[test]
+    fn w2s_cpu_is_in_seconds_and_its_add_cost_per_add() {
+        assert_eq!(
+            per_run(2_500_000_000, Duration::from_nanos(300), 3),
+            (2.5, 100.0)
+        );
+    }
+
+    /// Nearest-rank percentiles over the fired tasks' lateness (1,000 samples from -2 to 997
+    /// ns, given in reverse), the extremes, and as early only the negative ones (a fire on
+    /// time, 0 ns late, is not early).
+    #[test]
+    fn the_percentiles_are_nearest_ranks_and_only_negative_lateness_is_early() {
+        let late: Vec<i64> = (-2..998).rev().collect();
+        let p = Precision::of(late, 4, 5);
+        assert_eq!(
+            (p.p50_ns, p.p99_ns, p.p999_ns, p.min_ns, p.max_ns),
+            (497, 987, 996, -2, 997)
+        );
+        assert_eq!((p.early, p.missing, p.duplicates), (2, 4, 5));
+        let none = Precision::of(Vec::new(), 1, 0);
+        assert_eq!((none.p50_ns, none.max_ns, none.early), (0, 0, 0));
+    }
+
+    /// Any one early, missing or duplicate fire fails the run; none passes it.
+    #[test]
+    fn any_early_missing_or_duplicate_fire_fails_w2() {
+        let p = |early, missing, duplicates| Precision {
+            early,
+            missing,
+            duplicates,
+            ..Precision::default()
+        };
+        assert!(!p(0, 0, 0).failed());
+        for (e, m, d) in [(1, 0, 0), (0, 1, 0), (0, 0, 1)] {
+            assert!(
+                p(e, m, d).failed(),
+                "early {e}, missing {m}, duplicates {d}"
+            );
+        }
+    }
+
+    /// The last task's first fire wakes the thread waiting for all of them: W2 reads the CPU
+    /// clock and moves on then, not at its timeout. (Not woken, the wait here lasts its 20 s
+    /// deadline: the 50 ms sleeps only let it park before each fire. The firing thread is a
+    /// plain one that outlives the wait: a scoped thread's exit wakes the scope's thread too.)
+    #[test]
+    fn the_last_first_fire_wakes_the_waiting_thread() {
+        let rec: &'static Recorder = Box::leak(Box::new(Recorder::new(2)));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let firing = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            rec.fire(0, Instant::now());
+            std::thread::sleep(Duration::from_millis(50));
+            rec.fire(1, Instant::now());
+            let _ = done_rx.recv();
+        });
+        assert!(rec.wait_all(deadline));
+        assert!(
+            Instant::now() < deadline,
+            "the last fire did not wake the waiting thread"
+        );
+        drop(done_tx);
+        firing.join().expect("the firing thread");
+    }
+
+    /// The heap timer's add wakes its worker for a task due before every pending one (else the
+    /// worker sleeps on to the earliest it knew, here 60 s); shut down or dropped, the worker
+    /// has returned (its callback, holding the channel's sender, is gone).
+    #[test]
+    fn the_heap_timer_wakes_for_an_earlier_task_and_stops_its_worker() {
+        use std::sync::mpsc::{channel, TryRecvError};
+        let (tx, rx) = channel();
+        let heap = HeapTimer::start(None, move |id, _| {
+            let _ = tx.send(id);
+        });
+        heap.add(Instant::now() + Duration::from_secs(60), 1);
+        // Time for the worker to go to sleep until the 60 s task.
+        std::thread::sleep(Duration::from_millis(50));
+        heap.add(Instant::now() + Duration::from_millis(1), 2);
+        assert_eq!(rx.recv_timeout(Duration::from_secs(20)), Ok(2));
+        heap.shutdown();
+        assert_eq!(rx.try_recv(), Err(TryRecvError::Disconnected));
+        let (tx, rx) = channel::<u64>();
+        drop(HeapTimer::start(None, move |id, _| {
+            let _ = tx.send(id);
+        }));
+        assert_eq!(rx.try_recv(), Err(TryRecvError::Disconnected));
     }
 
     #[test]
