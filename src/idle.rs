@@ -220,6 +220,12 @@ fn validate(a: &Args) -> Result<(), String> {
     Ok(())
 }
 
+/// The heap timer's poll interval in row `name`: Kafka's reaper wakes every 200 ms; the plain
+/// heap sleeps until its task.
+fn heap_poll(name: &str) -> Option<Duration> {
+    (name == "polling-reaper-200ms").then_some(Duration::from_millis(200))
+}
+
 /// Runs the workload and prints its table; returns the process exit code.
 pub fn run(args: &Args) -> ExitCode {
     let a = args;
@@ -254,8 +260,7 @@ pub fn run(args: &Args) -> ExitCode {
             }
             "delay-queue" => measure(DelayQueueThread::start(delay), a),
             "binary-heap-condvar" | "polling-reaper-200ms" => {
-                let poll = (name == "polling-reaper-200ms").then_some(Duration::from_millis(200));
-                let heap = HeapTimer::start(poll, |_, _| ());
+                let heap = HeapTimer::start(heap_poll(name), |_, _| ());
                 heap.add(Instant::now() + delay, 0);
                 measure(heap, a)
             }
@@ -289,6 +294,139 @@ pub fn run(args: &Args) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Runs `f` on a thread of its own and fails if it has not returned within 20 s (a
+    /// shutdown that never returns fails instead of hanging the test run).
+    fn within_20_s(f: impl FnOnce() + Send + 'static) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            f();
+            let _ = tx.send(());
+        });
+        rx.recv_timeout(Duration::from_secs(20))
+            .expect("returned within 20 s");
+    }
+
+    /// Waits until `done`, failing after 20 s.
+    fn wait_until(mut done: impl FnMut() -> bool) {
+        let give_up = Instant::now() + Duration::from_secs(20);
+        while !done() {
+            assert!(Instant::now() < give_up, "not done within 20 s");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// A target whose wake-up count grows by 10 per reading, and that records its shutdown.
+    struct Counts<'a> {
+        readings: &'a std::cell::Cell<u64>,
+        shut_down: &'a std::cell::Cell<bool>,
+    }
+
+    impl Target for Counts<'_> {
+        fn wakeups(&self) -> Option<u64> {
+            self.readings.set(self.readings.get() + 1);
+            Some(10 * self.readings.get())
+        }
+        fn shutdown(self) {
+            self.shut_down.set(true);
+        }
+    }
+
+    /// A row's wake-ups are those between the readings around the idle stretch, and the
+    /// implementation is shut down after it.
+    #[test]
+    fn a_rows_wake_ups_are_the_idle_stretchs_own() {
+        let (readings, shut_down) = (std::cell::Cell::new(0), std::cell::Cell::new(false));
+        let a = Args {
+            seconds: MIN_IDLE_S,
+            delay_s: 60,
+            settle_ms: 0,
+            impls: Vec::new(),
+        };
+        let t = Counts {
+            readings: &readings,
+            shut_down: &shut_down,
+        };
+        let row = measure(t, &a);
+        assert_eq!(
+            row.wakeups,
+            Some(10),
+            "20 read after the stretch, 10 before"
+        );
+        assert!(shut_down.get());
+        assert_eq!(measure(NoTimer, &a).wakeups, None, "no thread: no count");
+    }
+
+    /// The timer's row counts its reaper's wake-ups (W3 fails on any): here two or more, from
+    /// tasks due in 1 ms.
+    #[test]
+    fn the_system_timers_wake_ups_are_its_reapers() {
+        let timer = SystemTimer::new();
+        wait_until(|| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            timer
+                .add(Duration::from_millis(1), move || {
+                    let _ = tx.send(());
+                })
+                .expect("timer running");
+            rx.recv_timeout(Duration::from_secs(20)).expect("fired");
+            timer.stats().reaper_wakeups >= 2
+        });
+        let w = Target::wakeups(&timer).expect("counted");
+        assert!(w >= 2 && w <= timer.stats().reaper_wakeups, "{w}");
+        Target::shutdown(timer);
+    }
+
+    /// The heap rows count their worker's wake-ups (here polling every millisecond: W3's
+    /// `polling-reaper-200ms` polls every 200 ms).
+    #[test]
+    fn the_heap_timers_wake_ups_are_its_workers() {
+        let heap = HeapTimer::start(Some(Duration::from_millis(1)), |_, _| ());
+        wait_until(|| heap.wakeups() >= 2);
+        let w = Target::wakeups(&heap).expect("counted");
+        assert!(w >= 2 && w <= heap.wakeups(), "{w}");
+        Target::shutdown(heap);
+    }
+
+    /// Kafka's reaper polls every 200 ms; the plain heap does not poll.
+    #[test]
+    fn only_the_polling_reaper_polls() {
+        assert_eq!(
+            heap_poll("polling-reaper-200ms"),
+            Some(Duration::from_millis(200))
+        );
+        assert_eq!(heap_poll("binary-heap-condvar"), None);
+    }
+
+    /// The delay queue's thread awaits its queue until stopped, counting its polls (here its
+    /// task due in 1 ms expires: two polls at least); shut down, it has stopped and returned.
+    #[test]
+    fn the_delay_queue_thread_counts_its_polls_and_stops_when_shut_down() {
+        within_20_s(|| {
+            let t = DelayQueueThread::start(Duration::from_millis(1));
+            let polls = Arc::clone(&t.polls);
+            wait_until(|| polls.load(Ordering::Relaxed) >= 2);
+            let w = t.wakeups().expect("counted");
+            assert!(w >= 2 && w <= polls.load(Ordering::Relaxed), "{w}");
+            std::thread::sleep(Duration::from_millis(50));
+            assert!(!t.thread.is_finished(), "awaits its queue until stopped");
+            t.shutdown();
+            assert_eq!(Arc::strong_count(&polls), 1, "the thread has returned");
+        });
+    }
+
+    /// W3 fails only on the system timer's wake-ups in the idle stretch: it passes the timer
+    /// idle, and a baseline's row (the process alone: no count) is not checked.
+    #[test]
+    fn w3_passes_an_idle_system_timer_next_to_a_baseline() {
+        let a = Args {
+            seconds: MIN_IDLE_S,
+            delay_s: 60,
+            settle_ms: 100,
+            impls: vec!["system-timer".into(), "no-timer".into()],
+        };
+        assert_eq!(format!("{:?}", run(&a)), format!("{:?}", ExitCode::SUCCESS));
+    }
 
     #[test]
     fn bad_flags_are_rejected() {
