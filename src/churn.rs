@@ -104,6 +104,21 @@ pub fn time_chunked<S, K>(
     iters: u64,
     chunk: u64,
     timed: Phase,
+    add: impl FnMut(&mut S, u64) -> K,
+    cancel: impl FnMut(&mut S, &K),
+    tidy: impl FnMut(&mut S),
+) -> Duration {
+    time_chunked_on(Instant::now, state, iters, chunk, timed, add, cancel, tidy)
+}
+
+/// [`time_chunked`] on the clock `now` (a test's scripted one).
+#[allow(clippy::too_many_arguments)]
+fn time_chunked_on<S, K>(
+    mut now: impl FnMut() -> Instant,
+    state: &mut S,
+    iters: u64,
+    chunk: u64,
+    timed: Phase,
     mut add: impl FnMut(&mut S, u64) -> K,
     mut cancel: impl FnMut(&mut S, &K),
     mut tidy: impl FnMut(&mut S),
@@ -112,17 +127,17 @@ pub fn time_chunked<S, K>(
     let mut left = iters;
     while left > 0 {
         let n = left.min(chunk.max(1));
-        let t0 = Instant::now();
+        let t0 = now();
         let keys: Vec<K> = (0..n).map(|i| add(state, i)).collect();
         if timed == Phase::Add {
-            total += t0.elapsed();
+            total += now() - t0;
         }
-        let t1 = Instant::now();
+        let t1 = now();
         for k in keys {
             cancel(state, &k);
         }
         if timed == Phase::Cancel {
-            total += t1.elapsed();
+            total += now() - t1;
         }
         tidy(state);
         left -= n;
@@ -212,7 +227,19 @@ pub fn run_once<C: ChurnTarget>(target: &mut C, delays: &[u64]) -> ChurnFigures 
         || target.len(),
         t0,
     );
-    let n_cancel = expected.max(1) as f64;
+    figures(n, expected, add_wall, cancel_wall, [cpu0, cpu1, cpu2])
+}
+
+/// W1's figures from a run's readings: `n` adds and `cancels` cancels, the phases' wall times,
+/// and the process CPU clock before the adds, between the phases and after the cancels.
+fn figures(
+    n: usize,
+    cancels: usize,
+    add_wall: Duration,
+    cancel_wall: Duration,
+    [cpu0, cpu1, cpu2]: [u64; 3],
+) -> ChurnFigures {
+    let n_cancel = cancels.max(1) as f64;
     let n = n.max(1) as f64;
     ChurnFigures {
         add_ns: add_wall.as_nanos() as f64 / n,
@@ -639,6 +666,68 @@ mod tests {
         );
         assert_eq!(scale_ratio_label(&[10_000, 20_000]), "20000/10^4");
         assert_eq!(scale_ratio_label(&[1_000_000, 1000]), "10^3/10^6");
+    }
+
+    /// The benches' chunks: `iters` operations in chunks of at most `chunk`, each adding then
+    /// cancelling its own keys, tidied after; the time is the timed phase's alone (here on a
+    /// scripted clock: an add takes 1 s, a cancel 1 ms).
+    #[test]
+    fn time_chunked_adds_and_cancels_in_chunks_and_times_one_phase() {
+        let clock = std::cell::Cell::new(Instant::now());
+        let tick = |d: Duration| clock.set(clock.get() + d);
+        for (timed, want) in [
+            (Phase::Add, Duration::from_secs(25)),
+            (Phase::Cancel, Duration::from_millis(25)),
+        ] {
+            // Each chunk's log: the keys added, then those cancelled, then a tidy (None).
+            let mut log: Vec<Option<u64>> = Vec::new();
+            let total = time_chunked_on(
+                || clock.get(),
+                &mut log,
+                25,
+                10,
+                timed,
+                |log, i| {
+                    tick(Duration::from_secs(1));
+                    log.push(Some(i));
+                    i
+                },
+                |log, &k| {
+                    tick(Duration::from_millis(1));
+                    log.push(Some(100 + k));
+                },
+                |log| {
+                    assert!(log.len() < 100, "more chunks than the 3 asked for");
+                    log.push(None)
+                },
+            );
+            assert_eq!(total, want, "{timed:?}");
+            let chunk = |n: u64| {
+                (0..n)
+                    .map(Some)
+                    .chain((100..100 + n).map(Some))
+                    .chain([None])
+            };
+            let want_log: Vec<_> = chunk(10).chain(chunk(10)).chain(chunk(5)).collect();
+            assert_eq!(log, want_log, "{timed:?}");
+        }
+    }
+
+    /// W1's figures: each phase's wall and CPU time over its own operations (the adds, and
+    /// the cancels expected to win).
+    #[test]
+    fn w1s_figures_are_each_phases_time_over_its_operations() {
+        let f = figures(
+            4,
+            2,
+            Duration::from_nanos(400),
+            Duration::from_nanos(100),
+            [1_000, 1_800, 2_000],
+        );
+        assert_eq!(
+            (f.add_ns, f.cancel_ns, f.add_cpu_ns, f.cancel_cpu_ns),
+            (100.0, 50.0, 200.0, 100.0)
+        );
     }
 
     /// The longest delay the workloads accept is one every target takes, warmed up too (the
