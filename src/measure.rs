@@ -516,6 +516,50 @@ mod tests {
         assert!(peak_rss_bytes() >= rss_bytes() / 2 && rss_bytes() > 0);
     }
 
+    /// The other threads' CPU is the sum over the live threads but the calling one: at least
+    /// what a live worker has used (here busy, then blocked, so that its reading is up to
+    /// date), and more than the calling thread's alone.
+    #[test]
+    fn other_threads_cpu_counts_the_live_others() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+        let worker = std::thread::spawn(move || {
+            let mut x = 0u64;
+            for i in 0..20_000_000u64 {
+                x = x.wrapping_mul(31).wrapping_add(i);
+            }
+            std::hint::black_box(x);
+            std::thread::sleep(Duration::from_millis(1));
+            tx.send(thread_cpu_ns()).expect("sent");
+            let _ = stop_rx.recv();
+        });
+        let worker_ns = rx.recv().expect("the worker's CPU");
+        let others = other_threads_cpu_ns();
+        assert!(
+            worker_ns > 0 && others >= worker_ns,
+            "{others} >= {worker_ns}"
+        );
+        drop(stop_tx);
+        worker.join().expect("worker");
+    }
+
+    /// Memory figures are bytes: the process's resident set is over a megabyte, and the
+    /// machine's memory over that.
+    #[test]
+    fn memory_figures_are_bytes() {
+        let rss = rss_bytes();
+        assert!(rss >= 1 << 20, "{rss}");
+        let machine = memory_bytes().expect("readable /proc/meminfo");
+        assert!(machine >= rss, "{machine} >= {rss}");
+    }
+
+    /// A prefaulted vector is empty with room for its elements.
+    #[test]
+    fn a_prefaulted_vector_is_empty_with_room() {
+        let v: Vec<u64> = prefaulted(10_000);
+        assert!(v.is_empty() && v.capacity() >= 10_000);
+    }
+
     #[test]
     fn median_of_odd_and_even() {
         assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
