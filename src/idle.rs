@@ -426,6 +426,12 @@ mod tests {
             impls: vec!["system-timer".into(), "no-timer".into()],
         };
         assert_eq!(format!("{:?}", run(&a)), format!("{:?}", ExitCode::SUCCESS));
+        // And refuses bad flags (an idle stretch of no time) with status 2, running nothing.
+        let bad = Args { seconds: 0.0, ..a };
+        assert_eq!(
+            format!("{:?}", run(&bad)),
+            format!("{:?}", ExitCode::from(2))
+        );
     }
 
     #[test]
@@ -464,6 +470,11 @@ mod tests {
             ..ok.clone()
         })
         .is_ok());
+        assert!(validate(&Args {
+            delay_s: crate::churn::MAX_RANGE_MS / 1000 + 1,
+            ..ok.clone()
+        })
+        .is_err());
         // The task would fall due during the idle stretch.
         assert!(validate(&Args {
             delay_s: 10,
