@@ -835,21 +835,31 @@ mod tests {
         assert_eq!((singles.get(), shareds.get()), (3, 3));
     }
 
+    /// A gate releases every party each round, and none before all have arrived (W1x2's phases
+    /// start together, and its CPU reading waits for both workers); here the measuring party
+    /// arrives 1 ms late, every round.
     #[test]
     fn a_gate_releases_every_party_each_round() {
         let gate = Gate::new(3);
-        let rounds = AtomicUsize::new(0);
+        let (rounds, arrived) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        let wait = |round: usize| {
+            arrived.fetch_add(1, Ordering::SeqCst);
+            gate.wait();
+            let all = arrived.load(Ordering::SeqCst);
+            assert!(all >= 3 * (round + 1), "released after {all} arrivals");
+        };
         std::thread::scope(|s| {
             for _ in 0..2 {
                 s.spawn(|| {
-                    for _ in 0..100 {
-                        gate.wait();
+                    for round in 0..100 {
+                        wait(round);
                         rounds.fetch_add(1, Ordering::Relaxed);
                     }
                 });
             }
-            for _ in 0..100 {
-                gate.wait();
+            for round in 0..100 {
+                std::thread::sleep(Duration::from_millis(1));
+                wait(round);
             }
         });
         assert_eq!(rounds.load(Ordering::Relaxed), 200);
