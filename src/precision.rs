@@ -723,6 +723,33 @@ mod tests {
         assert!(row.p.failed());
     }
 
+    /// W2 on the timer, both task types: every task fires once and none early, and the row's
+    /// note is the timer's own view of the run (its lateness over the run's tasks).
+    #[test]
+    fn w2_on_the_timer_fires_every_task_once_and_notes_the_timers_stats() {
+        fn check<T: W2Task>(timer: SystemTimer<T>) {
+            let rec: &'static Recorder = Box::leak(Box::new(Recorder::new(20)));
+            let d = crate::churn::delays(20, 5);
+            let a = Args {
+                timeout_ms: 10_000,
+                ..small_args()
+            };
+            let row = measure(TimerRun { timer, rec }, rec, &d, &a);
+            assert!(!row.p.failed(), "{:?}", row.p);
+            let note = row.note.expect("the timer's note");
+            assert!(note.contains(" over 20 tasks, "), "{note}");
+        }
+        check(SystemTimer::new());
+        check(Builder::<Fire>::new().build());
+    }
+
+    /// The table's milliseconds: nanoseconds over 10^6, three decimals.
+    #[test]
+    fn ms_shows_nanoseconds_as_milliseconds_with_three_decimals() {
+        assert_eq!(ms(1_234_567), "1.235");
+        assert_eq!(ms(-500_000), "-0.500");
+    }
+
     /// A target that records, per add, the delay, the due instant it was given and the instant
     /// of the add; it never fires anything.
     struct RecordsDue<'a>(&'a std::cell::RefCell<Vec<(Duration, Instant, Instant)>>);
