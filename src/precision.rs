@@ -558,6 +558,16 @@ fn per_run(cpu_ns: u64, add_wall: Duration, n: usize) -> (f64, f64) {
     )
 }
 
+/// W2's verdict: failed if any implementation had early, missing or duplicate fires.
+fn any_failed(results: &[Precision]) -> bool {
+    results.iter().any(Precision::failed)
+}
+
+/// The note under the table for implementation `name` with early fires: how early the earliest.
+fn early_note(name: &str, p: &Precision) -> Option<String> {
+    (p.early > 0).then(|| format!("{name}: earliest fire {} ms early", ms(-p.min_ns)))
+}
+
 /// Runs the workload and prints its table; returns the process exit code.
 pub fn run(args: &Args) -> ExitCode {
     let a = args;
@@ -582,7 +592,7 @@ pub fn run(args: &Args) -> ExitCode {
         "add ns/op"
     );
     let delays = crate::churn::delays(a.n, a.range_ms);
-    let mut failed = false;
+    let mut results = Vec::new();
     let mut notes = Vec::new();
     // Leaked (12 bytes per task), so that a task holds a plain reference rather than an `Arc`
     // whose count the adder and the runner would both write for every task. One for the whole
@@ -617,7 +627,7 @@ pub fn run(args: &Args) -> ExitCode {
             other => unreachable!("clap checked the name: {other}"),
         };
         let p = row.p;
-        failed |= p.failed();
+        results.push(p);
         out!(
             "{:<25} {:>8} {:>8} {:>9} {:>8} {:>7} {:>8} {:>5} {:>7.3} {:>9.1}",
             name,
@@ -631,9 +641,7 @@ pub fn run(args: &Args) -> ExitCode {
             row.cpu_s,
             row.add_ns
         );
-        if p.early > 0 {
-            notes.push(format!("{name}: earliest fire {} ms early", ms(-p.min_ns)));
-        }
+        notes.extend(early_note(name, &p));
         if let Some(n) = row.note {
             notes.push(format!("{name}: {n}"));
         }
@@ -641,6 +649,7 @@ pub fn run(args: &Args) -> ExitCode {
     for n in notes {
         out!("{n}");
     }
+    let failed = any_failed(&results);
     if failed {
         out!("FAILED: early, missing or duplicate fires");
     }
@@ -820,6 +829,27 @@ mod tests {
         assert_eq!((p.early, p.missing, p.duplicates), (2, 4, 5));
         let none = Precision::of(Vec::new(), 1, 0);
         assert_eq!((none.p50_ns, none.max_ns, none.early), (0, 0, 0));
+    }
+
+    /// W2 fails if any implementation failed, whichever; its note tells how early the
+    /// earliest fire of an implementation with early fires was, and nothing for the others.
+    #[test]
+    fn w2_fails_if_any_implementation_failed_and_notes_the_earliest_fire() {
+        let ok = Precision::default();
+        let early = Precision {
+            early: 1,
+            min_ns: -2_500_000,
+            ..Precision::default()
+        };
+        assert!(!any_failed(&[ok, ok]));
+        assert!(any_failed(&[ok, early]) && any_failed(&[early, ok]));
+        assert_eq!(
+            early_note("heap", &early).as_deref(),
+            Some("heap: earliest fire 2.500 ms early")
+        );
+        assert_eq!(early_note("heap", &ok), None);
+        // The implementations with no note of their own add none.
+        assert_eq!(DelayQueueRun::new().note(), None);
     }
 
     /// Any one early, missing or duplicate fire fails the run; none passes it.
