@@ -553,6 +553,20 @@ mod tests {
         assert!(machine >= rss, "{machine} >= {rss}");
     }
 
+    /// The process's CPU time is its CPU clock (`CLOCK_PROCESS_CPUTIME_ID`) in nanoseconds:
+    /// between readings of that clock taken around it.
+    #[test]
+    fn process_cpu_is_the_process_cpu_clock_in_nanoseconds() {
+        let clock = || {
+            let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+            t.tv_sec as u128 * 1_000_000_000 + t.tv_nsec as u128
+        };
+        let before = clock();
+        let ns = u128::from(process_cpu_ns());
+        let after = clock();
+        assert!(before <= ns && ns <= after, "{before} <= {ns} <= {after}");
+    }
+
     /// A prefaulted vector is empty with room for its elements.
     #[test]
     fn a_prefaulted_vector_is_empty_with_room() {
