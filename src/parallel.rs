@@ -516,6 +516,45 @@ mod tests {
         }
     }
 
+    /// An exact target that records the tasks it was asked to cancel.
+    #[derive(Default)]
+    struct RecordsCancels {
+        cancelled: Mutex<Vec<u64>>,
+        len: AtomicUsize,
+    }
+
+    impl SharedTarget for RecordsCancels {
+        type Handle = u64;
+        fn add(&self, _delay_ms: u64, id: u64) -> u64 {
+            self.len.fetch_add(1, Ordering::Relaxed);
+            id
+        }
+        fn cancel(&self, h: &u64) -> bool {
+            self.cancelled.lock().expect("not poisoned").push(*h);
+            self.len.fetch_sub(1, Ordering::Relaxed);
+            true
+        }
+        fn len(&self) -> usize {
+            self.len.load(Ordering::Relaxed)
+        }
+    }
+
+    /// W1x2 cancels W1's tasks, those with `i % 10 != 0` by their global index, on either
+    /// split (with 100 tasks, cancelling `i >= 10` instead has the same count, which is all
+    /// the checks compare).
+    #[test]
+    fn w1x2_cancels_the_tasks_w1_cancels_on_either_split() {
+        let d = churn::delays(100, 30_000);
+        let want: Vec<u64> = (0..100).filter(|i| i % 10 != 0).collect();
+        for split in [Split::Interleaved, Split::Halves] {
+            let t = RecordsCancels::default();
+            run_once(&t, &d, split);
+            let mut got = t.cancelled.into_inner().expect("not poisoned");
+            got.sort_unstable();
+            assert_eq!(got, want, "{split:?}");
+        }
+    }
+
     /// A target that panics on its 30th add.
     #[derive(Default)]
     struct PanicsOnAdd(AtomicUsize);
