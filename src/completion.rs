@@ -166,14 +166,24 @@ mod tests {
     use crate::rng::SplitMix64;
 
     /// The queue against a sorted list: at random clock steps, exactly the items due are taken,
-    /// never one early, none lost, and earlier milliseconds before later ones.
+    /// never one early, none lost, and earlier milliseconds before later ones. With the smallest
+    /// ring too (`new(0)`: two buckets, nearly every item in the overflow heap), and ten hours
+    /// into a run (due times in ns past 2^64 / 10^6: a long W4 run's, `--num 2147483648`).
     #[test]
     fn takes_exactly_what_is_due_against_a_sorted_model() {
+        const HOUR_NS: u64 = 3_600 * 1_000_000_000;
+        for (span_ms, start_ns) in [(200, 0), (0, 0), (200, 10 * HOUR_NS)] {
+            against_a_sorted_model(CompletionQueue::new(span_ms), start_ns);
+        }
+    }
+
+    fn against_a_sorted_model(mut q: CompletionQueue<u32>, start_ns: u64) {
         let mut rng = SplitMix64::new(7);
-        let mut q = CompletionQueue::new(200);
         let mut model: Vec<(u64, u32)> = Vec::new();
-        let mut now = 0u64;
+        let mut now = start_ns;
         let mut out = Vec::new();
+        q.pop_due(now, &mut out); // the clock starts at `start_ns`: nothing due
+        assert!(out.is_empty());
         for id in 0..20_000u32 {
             // Due up to 1 s ahead (beyond the 256 ms ring: exercises the overflow heap), and
             // sometimes already past (a late batch).
