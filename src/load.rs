@@ -2118,6 +2118,22 @@ mod tests {
         assert!(check_memory(&huge, None).is_ok());
     }
 
+    /// The per-request tables are 65 bytes a request, plus 4 a key in the `watch` model (what
+    /// `--num`'s help says), and a machine with exactly the memory they need runs them.
+    #[test]
+    fn the_tables_are_65_bytes_a_request_plus_4_a_key_watched() {
+        let mut a = Args {
+            num: 1_000,
+            keys: 3,
+            ..small(Model::Kafka)
+        };
+        assert_eq!(tables_bytes(&a), 65_000);
+        a.model = Model::Watch;
+        assert_eq!(tables_bytes(&a), 77_000);
+        assert!(check_memory(&a, Some(77_000)).is_ok());
+        assert!(check_memory(&a, Some(76_999)).is_err());
+    }
+
     /// Each way an outcome can contradict the timing is counted. A completion (not an expiry)
     /// before the request's latency, which nothing in a correct run causes (the completer acts
     /// at the due time), was not: the run reported every outcome consistent.
