@@ -2375,6 +2375,19 @@ mod tests {
         assert!(correct(&late), "more expired: not sustained, not a failure");
     }
 
+    /// The purgatory's share is the run's CPU minus the harness alone's (`--baseline`).
+    #[test]
+    fn the_purgatory_share_is_the_run_minus_the_harness_alone() {
+        let run = |cpu: f64, baseline| Report {
+            cpu_s_per_million: cpu,
+            baseline,
+            ..Report::default()
+        };
+        assert_eq!(run(5.0, None).purgatory_share(), None);
+        let r = run(5.0, Some(Box::new(run(2.0, None))));
+        assert_eq!(r.purgatory_share(), Some(3.0));
+    }
+
     /// A `--plot` file that cannot be written is refused before the run, with status 2: it was
     /// found out only after the whole run (10 s here; minutes at the defaults), once the table
     /// had been printed.
