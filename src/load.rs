@@ -2388,6 +2388,27 @@ mod tests {
         assert_eq!(r.purgatory_share(), Some(3.0));
     }
 
+    /// A request gives its own id to the purgatory's ready test when the run uses ready hints,
+    /// and nothing otherwise: with another request's id, checks skipped (or locked) requests by
+    /// that one's flag, and with none the hints were silently off.
+    #[test]
+    fn a_request_gives_its_id_to_the_ready_test_with_ready_hints_only() {
+        for ready_hint in [true, false] {
+            let s: &'static Shared = Box::leak(Box::new(Shared {
+                start: Instant::now(),
+                run: 0,
+                ready: &[],
+                completer_due_ns: AtomicU64::new(u64::MAX),
+                generating: AtomicBool::new(false),
+                ready_hint,
+                harness_done: AtomicU64::new(0),
+                harness_expired: AtomicU64::new(0),
+            }));
+            let op = FakeOp { id: 7, s };
+            assert_eq!(op.ready_arg(), ready_hint.then_some(7));
+        }
+    }
+
     /// A `--plot` file that cannot be written is refused before the run, with status 2: it was
     /// found out only after the whole run (10 s here; minutes at the defaults), once the table
     /// had been printed.
