@@ -438,7 +438,7 @@ pub fn run(args: &Args) -> ExitCode {
     // (`exit_status`). Whether the rate was sustained (at least the expected expiries, and no
     // more than those plus the requests under the timeout by less than a tick) is reported in
     // the table.
-    let checks_passed = correct(&report) && report.baseline.as_deref().is_none_or(correct);
+    let checks_passed = run_passed(&report);
     if args.json {
         to_stdout(format_args!("{}\n", to_json(args, &report)));
     } else {
@@ -462,6 +462,12 @@ pub fn run(args: &Args) -> ExitCode {
         }
     }
     exit_status(checks_passed)
+}
+
+/// Whether a run passes its checks, for the exit status: it and its baseline run
+/// (`--baseline`), if any, are [`correct`].
+fn run_passed(r: &Report) -> bool {
+    correct(r) && r.baseline.as_deref().is_none_or(correct)
 }
 
 /// What the exit status requires of a run: every request completed exactly once, each one's
@@ -647,6 +653,18 @@ fn expired_ok(r: &Report) -> bool {
     r.expired >= r.expected_expired && r.expired - r.expected_expired <= r.boundary
 }
 
+/// Of requests with `latency_ns`, those that must expire (latency at or past `timeout_ns`:
+/// [`Report::expected_expired`]) and those under the timeout by less than `tolerance_ns` (either
+/// outcome is right: [`Report::boundary`]).
+fn expected_expiries(latency_ns: &[u64], timeout_ns: u64, tolerance_ns: u64) -> (usize, usize) {
+    let expected_expired = latency_ns.iter().filter(|&&l| l >= timeout_ns).count();
+    let boundary = latency_ns
+        .iter()
+        .filter(|&&l| l < timeout_ns && l.saturating_add(tolerance_ns) >= timeout_ns)
+        .count();
+    (expected_expired, boundary)
+}
+
 /// A standard normal from two uniforms (Box–Muller).
 fn normal(rng: &mut SplitMix64) -> f64 {
     let u1 = rng.next_f64().max(f64::MIN_POSITIVE);
@@ -826,11 +844,7 @@ fn run_once_with(args: &Args, flags: &FlagPool) -> Report {
     // The tolerance: a tick of the timer or of the completer, whichever is longer (a completer
     // that wakes once a millisecond is up to that late whatever the timer's tick).
     let tolerance_ns = (tick.as_nanos() as u64).max(args.completer_tick_us.saturating_mul(1000));
-    let expected_expired = latency_ns.iter().filter(|&&l| l >= timeout_ns).count();
-    let boundary = latency_ns
-        .iter()
-        .filter(|&&l| l < timeout_ns && l.saturating_add(tolerance_ns) >= timeout_ns)
-        .count();
+    let (expected_expired, boundary) = expected_expiries(&latency_ns, timeout_ns, tolerance_ns);
 
     let timer = SystemTimer::builder()
         .name("w4")
@@ -1191,13 +1205,95 @@ fn run_once_with(args: &Args, flags: &FlagPool) -> Report {
     // test and operations are dropped with it (the timer's shutdown drops any left).
     flags.give(ready_all);
 
-    // Per request, from the completion logs (every thread that completed requests has exited,
-    // but this one): on_complete calls, the time of the first, whether expiry completed it, and
+    // Every thread that completed requests has exited, but this one: the logs are whole.
+    let t = tally(
+        done_log::collect(run),
+        &attempts,
+        &arrivals,
+        &latency_ns,
+        timeout_ns,
+    );
+    let mut lag_ms: Vec<f64> = lags.iter().map(|&l| l as f64 / 1e6).collect();
+    lag_ms.sort_by(f64::total_cmp);
+    // Issued over the schedule's span at least: the generator issues a request up to 1 ms before
+    // its arrival time, so over its own span alone a short run would beat its schedule.
+    let (achieved, scheduled_rate) = issue_rates(n, gen_end.as_nanos() as u64, arrival_ns);
+    let mut report = Report {
+        model: format!("{:?}", args.model).to_lowercase(),
+        num: n,
+        target_rate: args.rate,
+        achieved_rate: achieved,
+        elapsed_s: elapsed.as_secs_f64(),
+        cpu_s_per_million: cpu as f64 / 1e9 / n as f64 * 1e6,
+        sleeps_per_s: sleeps as f64 / secs,
+        wake_cost_us: wake_cost_ns / 1e3,
+        wakeups_s_per_million: sleeps as f64 * wake_cost_ns / 1e9 / n as f64 * 1e6,
+        threads,
+        peak_rss,
+        bytes_per_pending: (peak_pending > 0)
+            .then(|| peak_rss.saturating_sub(rss0) as f64 / peak_pending as f64),
+        peak_pending,
+        completed_early: t.completed_early,
+        expired: t.expired,
+        expected_expired,
+        boundary,
+        exactly_once: t.not_exactly_once == 0,
+        not_exactly_once: t.not_exactly_once,
+        completer_lag_p99_ms: percentile(&lag_ms, 0.99),
+        wrong_outcome: t.wrong_outcome,
+        delay_ms: [
+            percentile(&t.delays, 0.50),
+            percentile(&t.delays, 0.99),
+            percentile(&t.delays, 0.999),
+            t.delays.last().copied().unwrap_or(0.0),
+        ],
+        purges,
+        reaper_wakeups_per_s: timer_stats
+            .reaper_wakeups
+            .saturating_sub(timer0.reaper_wakeups) as f64
+            / secs,
+        caller_advances_per_s: timer_stats
+            .caller_advances
+            .saturating_sub(timer0.caller_advances) as f64
+            / secs,
+        sustained: false,
+        baseline: None,
+        rate_series,
+        delays: t.delays,
+    };
+    report.sustained = sustained(&report, scheduled_rate);
+    report
+}
+
+/// What the completion logs say of a run's requests (see [`Report`]'s fields of these names).
+#[derive(Debug, Default)]
+struct Tally {
+    completed_early: usize,
+    expired: usize,
+    not_exactly_once: usize,
+    wrong_outcome: usize,
+    /// Each request's completion time minus its intended one (latency, or timeout if it
+    /// expired), ms, sorted; none for a request never completed.
+    delays: Vec<f64>,
+}
+
+/// Tallies the completion records `done` of the requests that arrived at `arrivals` (ns since
+/// the run's start) with `latency_ns`, given the times by which the completer's calls for them
+/// had returned (`attempts`: id, ns).
+fn tally(
+    done: Vec<Done>,
+    attempts: &[(u32, u64)],
+    arrivals: &[u64],
+    latency_ns: &[u64],
+    timeout_ns: u64,
+) -> Tally {
+    let n = arrivals.len();
+    // Per request: on_complete calls, the time of the first, whether expiry completed it, and
     // a time by which the completer's call for it had returned (0: it never acted).
     let mut completions = vec![0u8; n];
     let mut done_ns = vec![0u64; n];
     let mut expired_flag = vec![false; n];
-    for d in done_log::collect(run) {
+    for d in done {
         let i = d.id as usize;
         completions[i] = completions[i].saturating_add(1);
         if completions[i] == 1 {
@@ -1206,7 +1302,7 @@ fn run_once_with(args: &Args, flags: &FlagPool) -> Report {
         }
     }
     let mut attempted_ns = vec![0u64; n];
-    for (id, end) in attempts {
+    for &(id, end) in attempts {
         attempted_ns[id as usize] = end;
     }
     let not_exactly_once = completions.iter().filter(|&&c| c != 1).count();
@@ -1227,67 +1323,10 @@ fn run_once_with(args: &Args, flags: &FlagPool) -> Report {
         delays.push((done_ns[i] as f64 - intended as f64) / 1e6);
     }
     delays.sort_by(f64::total_cmp);
-    let pct = |v: &[f64], q: f64| -> f64 {
-        if v.is_empty() {
-            return 0.0;
-        }
-        v[((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1]
-    };
-    let mut lag_ms: Vec<f64> = lags.iter().map(|&l| l as f64 / 1e6).collect();
-    lag_ms.sort_by(f64::total_cmp);
-    // Issued over the schedule's span at least: the generator issues a request up to 1 ms before
-    // its arrival time, so over its own span alone a short run would beat its schedule.
-    let span_ns = (gen_end.as_nanos() as u64).max(arrival_ns);
-    let achieved = n as f64 / (span_ns as f64 / 1e9).max(1e-9);
-    // The schedule's own rate: the target, but for the draw of the gaps (±1/√n).
-    let scheduled_rate = n as f64 / (arrival_ns as f64 / 1e9).max(1e-9);
-    let mut report = Report {
-        model: format!("{:?}", args.model).to_lowercase(),
-        num: n,
-        target_rate: args.rate,
-        achieved_rate: achieved,
-        elapsed_s: elapsed.as_secs_f64(),
-        cpu_s_per_million: cpu as f64 / 1e9 / n as f64 * 1e6,
-        sleeps_per_s: sleeps as f64 / secs,
-        wake_cost_us: wake_cost_ns / 1e3,
-        wakeups_s_per_million: sleeps as f64 * wake_cost_ns / 1e9 / n as f64 * 1e6,
-        threads,
-        peak_rss,
-        bytes_per_pending: (peak_pending > 0)
-            .then(|| peak_rss.saturating_sub(rss0) as f64 / peak_pending as f64),
-        peak_pending,
-        completed_early: n - expired - not_exactly_once.min(n - expired),
-        expired,
-        expected_expired,
-        boundary,
-        exactly_once: not_exactly_once == 0,
-        not_exactly_once,
-        completer_lag_p99_ms: pct(&lag_ms, 0.99),
-        wrong_outcome: 0,
-        delay_ms: [
-            pct(&delays, 0.50),
-            pct(&delays, 0.99),
-            pct(&delays, 0.999),
-            delays.last().copied().unwrap_or(0.0),
-        ],
-        purges,
-        reaper_wakeups_per_s: timer_stats
-            .reaper_wakeups
-            .saturating_sub(timer0.reaper_wakeups) as f64
-            / secs,
-        caller_advances_per_s: timer_stats
-            .caller_advances
-            .saturating_sub(timer0.caller_advances) as f64
-            / secs,
-        sustained: false,
-        baseline: None,
-        rate_series,
-        delays,
-    };
-    report.completed_early = (0..n)
+    let completed_early = (0..n)
         .filter(|&i| completions[i] == 1 && !expired_flag[i])
         .count();
-    report.wrong_outcome = (0..n)
+    let wrong_outcome = (0..n)
         .filter(|&i| {
             // A request not completed exactly once is counted by the exactly-once check.
             completions[i] == 1
@@ -1303,13 +1342,41 @@ fn run_once_with(args: &Args, flags: &FlagPool) -> Report {
                 )
         })
         .count();
-    // Within 2% of the rate asked for: of the schedule's (a short run's gaps can sum to a few
-    // percent off the target by chance); never above it (see `achieved`).
-    report.sustained = report.achieved_rate >= 0.98 * scheduled_rate
-        && report.exactly_once
-        && report.wrong_outcome == 0
-        && expired_ok(&report);
-    report
+    Tally {
+        completed_early,
+        expired,
+        not_exactly_once,
+        wrong_outcome,
+        delays,
+    }
+}
+
+/// The `q` quantile (0 to 1) of `sorted` by nearest rank: the smallest value with at least
+/// `q` of the values at or below it; 0 for no values.
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1]
+}
+
+/// The achieved issue rate of `n` requests and their schedule's own rate (req/s), the generator
+/// having issued the last at `gen_end_ns` and the schedule's last arrival being at
+/// `schedule_ns`: the achieved rate is over the schedule's span at least, so never above the
+/// schedule's (the generator issues a request up to 1 ms before its arrival time).
+fn issue_rates(n: usize, gen_end_ns: u64, schedule_ns: u64) -> (f64, f64) {
+    let rate = |span_ns: u64| n as f64 / (span_ns as f64 / 1e9).max(1e-9);
+    (rate(gen_end_ns.max(schedule_ns)), rate(schedule_ns))
+}
+
+/// Whether a run sustained its rate: achieved within 2% of its schedule's rate
+/// (`scheduled_rate`: a short run's gaps can sum to a few percent off the target by chance),
+/// every request completed exactly once, every outcome consistent, the expired count right.
+fn sustained(r: &Report, scheduled_rate: f64) -> bool {
+    r.achieved_rate >= 0.98 * scheduled_rate
+        && r.exactly_once
+        && r.wrong_outcome == 0
+        && expired_ok(r)
 }
 
 /// How one request was completed (its only `on_complete`), in ns since the run's start.
@@ -2357,11 +2424,12 @@ mod tests {
 
     /// The exit status's counts: a request counted neither way, or fewer expiries than the
     /// requests whose latency reached the timeout, fail the run; more expiries (a late
-    /// completer) do not.
+    /// completer) do not. A run without `--baseline` runs no harness-alone run after it.
     #[test]
     fn the_exit_status_checks_the_counts_load_cannot_fake() {
-        let ok = run_once(&small(Model::Kafka));
+        let ok = run_with_baseline(&small(Model::Kafka));
         assert!(correct(&ok), "a small run passes");
+        assert!(ok.baseline.is_none(), "a baseline run without --baseline");
         let mut lost = ok.clone();
         lost.completed_early -= 1;
         assert!(!correct(&lost), "a request counted neither way");
@@ -2373,6 +2441,160 @@ mod tests {
         late.expired += 10;
         late.completed_early -= 10;
         assert!(correct(&late), "more expired: not sustained, not a failure");
+    }
+
+    /// A report whose checks all pass: 100 requests, the 10 whose latency reached the timeout
+    /// expired, 2 more within a tick of it, achieved at 1,000 req/s.
+    fn passing() -> Report {
+        Report {
+            num: 100,
+            achieved_rate: 1_000.0,
+            completed_early: 90,
+            expired: 10,
+            expected_expired: 10,
+            boundary: 2,
+            exactly_once: true,
+            ..Report::default()
+        }
+    }
+
+    /// The exit status fails a run that breaks any one check (exactly once, an outcome, a
+    /// request counted neither way, fewer expiries than must), and a run whose `--baseline` run
+    /// breaks one, however correct the run itself.
+    #[test]
+    fn the_exit_status_fails_a_run_or_its_baseline_breaking_one_check() {
+        assert!(run_passed(&passing()));
+        let breaks: [fn(&mut Report); 4] = [
+            |r| (r.exactly_once, r.not_exactly_once) = (false, 1),
+            |r| r.wrong_outcome = 1,
+            |r| r.completed_early -= 1,
+            |r| (r.expired, r.completed_early) = (9, 91),
+        ];
+        for (i, spoil) in breaks.iter().enumerate() {
+            let mut broken = passing();
+            spoil(&mut broken);
+            assert!(!correct(&broken), "case {i} correct");
+            assert!(!run_passed(&broken), "case {i}");
+            let with_baseline = Report {
+                baseline: Some(Box::new(broken)),
+                ..passing()
+            };
+            assert!(!run_passed(&with_baseline), "case {i}");
+        }
+        let with_baseline = Report {
+            baseline: Some(Box::new(passing())),
+            ..passing()
+        };
+        assert!(run_passed(&with_baseline));
+    }
+
+    /// The expired count is right from the requests whose latency reached the timeout up to
+    /// those plus the ones within a tick under it, and wrong on either side.
+    #[test]
+    fn the_expired_count_is_right_up_to_a_tick_s_worth_over() {
+        for (expired, ok) in [(9, false), (10, true), (12, true), (13, false)] {
+            let r = Report {
+                expired,
+                completed_early: 100 - expired,
+                ..passing()
+            };
+            assert_eq!(expired_ok(&r), ok, "{expired} expired of 10 (+2)");
+        }
+    }
+
+    /// A run is sustained when it achieved at least 98% of its schedule's rate and every check
+    /// passes; any one failing is not.
+    #[test]
+    fn sustained_needs_98_percent_of_the_schedule_and_every_check() {
+        assert!(sustained(&passing(), 1_000.0 / 0.98));
+        assert!(!sustained(&passing(), 1_000.0 / 0.979));
+        let breaks: [fn(&mut Report); 4] = [
+            |r| r.exactly_once = false,
+            |r| r.wrong_outcome = 1,
+            |r| r.expired = 9,
+            |r| r.expired = 13,
+        ];
+        for (i, spoil) in breaks.iter().enumerate() {
+            let mut r = passing();
+            spoil(&mut r);
+            assert!(!sustained(&r, 1_000.0), "case {i} sustained");
+        }
+    }
+
+    /// The achieved rate is over the schedule's span at least (never above the schedule's
+    /// rate), else over the generator's.
+    #[test]
+    fn the_achieved_rate_is_over_the_schedule_s_span_at_least() {
+        const S: u64 = 1_000_000_000;
+        assert_eq!(issue_rates(1_000, S / 2, S), (1_000.0, 1_000.0));
+        assert_eq!(issue_rates(1_000, 4 * S, 2 * S), (250.0, 500.0));
+    }
+
+    /// Percentiles by nearest rank: the smallest value with at least that share of the values
+    /// at or below it.
+    #[test]
+    fn percentiles_are_by_nearest_rank() {
+        let v: Vec<f64> = (1..=1_000).map(f64::from).collect();
+        for (q, want) in [
+            (0.0, 1.0),
+            (0.5, 500.0),
+            (0.99, 990.0),
+            (0.999, 999.0),
+            (1.0, 1_000.0),
+        ] {
+            assert_eq!(percentile(&v, q), want, "q {q}");
+        }
+        assert_eq!(percentile(&[7.0], 0.5), 7.0);
+        assert_eq!(percentile(&[], 0.5), 0.0);
+    }
+
+    /// Must expire: a latency at or past the timeout; either outcome right: under it by at most
+    /// the tolerance.
+    #[test]
+    fn expected_expiries_count_the_latencies_past_the_timeout_and_within_a_tick() {
+        let (timeout, tol) = (50_000_000, 1_000_000);
+        let latencies = [
+            timeout - tol - 1,
+            timeout - tol,
+            timeout - 1,
+            timeout,
+            timeout + 1,
+        ];
+        assert_eq!(expected_expiries(&latencies, timeout, tol), (2, 2));
+    }
+
+    /// The counts and delays come from each request's completion records: completed early,
+    /// expired (each by its first record), not exactly once (twice, or never), and wrong
+    /// outcomes (of those completed once only: premature, or expired after the completer's call
+    /// had returned); a delay per completed request, from its latency, or its timeout if expired.
+    #[test]
+    fn the_tally_counts_each_request_by_its_completion_records() {
+        let timeout = 4_000;
+        let arrivals = [0, 1_000, 2_000, 3_000, 4_000, 5_000, 6_000];
+        let latency = [500, 5_000, 100, 300, 200, 3_900, 1_000];
+        let d = |id, at_ns, expired| Done { at_ns, id, expired };
+        let done = vec![
+            d(0, 600, false),   // early, 100 ns after its latency
+            d(1, 5_000, true),  // latency past the timeout: expired at the deadline
+            d(2, 2_100, false), // twice
+            d(2, 2_200, true),
+            // 3: never completed
+            d(4, 4_100, false), // premature by 100 ns
+            d(5, 9_050, true),  // expired 50 ns after the deadline (a late completer)
+            d(6, 10_000, true), // expired after the completer's call returned (at 7,100)
+        ];
+        let t = tally(done, &[(0, 650), (6, 7_100)], &arrivals, &latency, timeout);
+        assert_eq!(
+            (
+                t.completed_early,
+                t.expired,
+                t.not_exactly_once,
+                t.wrong_outcome
+            ),
+            (2, 3, 2, 2),
+            "{t:?}"
+        );
+        assert_eq!(t.delays, [-1e-4, 0.0, 0.0, 0.0, 5e-5, 1e-4]);
     }
 
     /// The purgatory's share is the run's CPU minus the harness alone's (`--baseline`).
