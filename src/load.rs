@@ -1751,9 +1751,14 @@ fn search_max_rate<R>(start: f64, mut probe: impl FnMut(f64) -> Option<R>) -> Se
 }
 
 fn find_max_rate(args: &Args) -> ExitCode {
+    find_max_rate_with(args, run_once)
+}
+
+/// [`find_max_rate`], each probe run by `run_once`.
+fn find_max_rate_with(args: &Args, mut run_once: impl FnMut(&Args) -> Report) -> ExitCode {
     // A probe that breaks correctness (not merely the rate) fails the whole search.
     let broken = std::cell::Cell::new(0usize);
-    let probe = |rate: f64| -> Report {
+    let mut probe = |rate: f64| -> Report {
         let a = Args {
             rate,
             progress: 0.0,
@@ -2595,6 +2600,37 @@ mod tests {
             "{t:?}"
         );
         assert_eq!(t.delays, [-1e-4, 0.0, 0.0, 0.0, 5e-5, 1e-4]);
+    }
+
+    /// `--find-max-rate` probes the rates its search picks, and its exit status is a failure
+    /// when a probe broke a check, even one the search went past (a rate not sustained), or when
+    /// no rate was sustained.
+    #[test]
+    fn the_rate_search_fails_when_a_probe_breaks_a_check() {
+        let a = Args {
+            num: FIND_MAX_RATE_MIN_NUM,
+            rate: 1_000.0,
+            find_max_rate: true,
+            ..small(Model::Kafka)
+        };
+        // Sustained up to `top` req/s; the probe at `broken` breaks exactly-once.
+        let search = |top: f64, broken: f64| {
+            let mut rates = Vec::new();
+            let status = find_max_rate_with(&a, |p| {
+                rates.push(p.rate);
+                Report {
+                    sustained: p.rate <= top && p.rate != broken,
+                    exactly_once: p.rate != broken,
+                    ..passing()
+                }
+            });
+            (status, rates)
+        };
+        let (status, rates) = search(3_000.0, 0.0);
+        assert_eq!(status, ExitCode::SUCCESS);
+        assert_eq!(rates[..3], [1_000.0, 2_000.0, 4_000.0]);
+        assert_eq!(search(3_000.0, 2_000.0).0, ExitCode::FAILURE);
+        assert_eq!(search(0.0, 0.0).0, ExitCode::FAILURE);
     }
 
     /// The purgatory's share is the run's CPU minus the harness alone's (`--baseline`).
