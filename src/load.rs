@@ -800,6 +800,11 @@ impl Sampler {
     }
 }
 
+/// `ms` milliseconds (`--tick-ms`, `--reaper-grace-ms`) as a duration.
+fn millis(ms: f64) -> Duration {
+    Duration::from_secs_f64(ms / 1000.0)
+}
+
 /// Runs W4 once with `args`.
 pub fn run_once(args: &Args) -> Report {
     run_once_with(args, &READY_FLAGS)
@@ -809,7 +814,7 @@ pub fn run_once(args: &Args) -> Report {
 fn run_once_with(args: &Args, flags: &FlagPool) -> Report {
     let n = args.num;
     let timeout = Duration::from_millis(args.timeout);
-    let tick = Duration::from_secs_f64(args.tick_ms / 1000.0);
+    let tick = millis(args.tick_ms);
     // Draws, from one splitmix64 stream (seed `--seed`), quantity by quantity: the n latencies
     // first (request i: outputs 2i and 2i+1, Box–Muller), then the n gaps (request i: output
     // 2n + i), then the keys (once for `kafka`, per request for `watch`). BENCHMARKS.md's
@@ -850,7 +855,7 @@ fn run_once_with(args: &Args, flags: &FlagPool) -> Report {
         .name("w4")
         .tick(tick)
         .wheel_size(args.wheel_size)
-        .reaper_grace(Duration::from_secs_f64(args.reaper_grace_ms / 1000.0));
+        .reaper_grace(millis(args.reaper_grace_ms));
     let timer = Arc::new(if args.executors == 0 {
         timer.inline().build()
     } else {
@@ -1157,7 +1162,7 @@ fn run_once_with(args: &Args, flags: &FlagPool) -> Report {
     // Wait (generously) until every request has completed one way or the other: once the
     // generator stops advancing the timer, the last expiries wait for the reaper, up to a tick
     // plus the reaper grace after their deadline.
-    let grace = Duration::from_secs_f64(args.reaper_grace_ms / 1000.0);
+    let grace = millis(args.reaper_grace_ms);
     let deadline = Instant::now() + timeout + tick + grace + Duration::from_secs(30);
     while counts(n, true).completed < n as u64 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(1));
@@ -2631,6 +2636,14 @@ mod tests {
         assert_eq!(rates[..3], [1_000.0, 2_000.0, 4_000.0]);
         assert_eq!(search(3_000.0, 2_000.0).0, ExitCode::FAILURE);
         assert_eq!(search(0.0, 0.0).0, ExitCode::FAILURE);
+    }
+
+    /// `--tick-ms` and `--reaper-grace-ms` are milliseconds, fractions included.
+    #[test]
+    fn tick_and_grace_flags_are_milliseconds() {
+        assert_eq!(millis(2.0), Duration::from_millis(2));
+        assert_eq!(millis(0.5), Duration::from_micros(500));
+        assert_eq!(millis(0.0), Duration::ZERO);
     }
 
     /// The purgatory's share is the run's CPU minus the harness alone's (`--baseline`).
