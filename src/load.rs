@@ -1235,8 +1235,7 @@ fn run_once_with(args: &Args, flags: &FlagPool) -> Report {
         wakeups_s_per_million: sleeps as f64 * wake_cost_ns / 1e9 / n as f64 * 1e6,
         threads,
         peak_rss,
-        bytes_per_pending: (peak_pending > 0)
-            .then(|| peak_rss.saturating_sub(rss0) as f64 / peak_pending as f64),
+        bytes_per_pending: bytes_per_pending(peak_rss.saturating_sub(rss0), peak_pending),
         peak_pending,
         completed_early: t.completed_early,
         expired: t.expired,
@@ -1268,6 +1267,12 @@ fn run_once_with(args: &Args, flags: &FlagPool) -> Report {
     };
     report.sustained = sustained(&report, scheduled_rate);
     report
+}
+
+/// [`Report::bytes_per_pending`]: the RSS growth `grown` (bytes) over the peak number of
+/// requests pending, if any were.
+fn bytes_per_pending(grown: u64, peak_pending: usize) -> Option<f64> {
+    (peak_pending > 0).then(|| grown as f64 / peak_pending as f64)
 }
 
 /// What the completion logs say of a run's requests (see [`Report`]'s fields of these names).
@@ -2801,6 +2806,9 @@ mod tests {
     /// by 1 and print it; now it is absent (`-` in the table, `null` in JSON).
     #[test]
     fn bytes_per_pending_needs_something_pending() {
+        // The RSS growth over the peak pending, or none.
+        assert_eq!(bytes_per_pending(1_000, 4), Some(250.0));
+        assert_eq!(bytes_per_pending(1_000, 0), None);
         let quick = Args {
             num: 2_000,
             pct50: 1e-300,
