@@ -2231,11 +2231,13 @@ mod tests {
             acted_ns,
         };
         // Consistent: completed at or after its due time by the completer's call; expired at
-        // or after the deadline with no call before it (a late completer).
+        // or after the deadline with no call before it (a late completer), or after a call that
+        // returned at the deadline itself (not before it).
         for ok in [
             o(false, due, due + 10),
             o(false, due + 5, 0),
             o(true, deadline, 0),
+            o(true, deadline, deadline),
         ] {
             assert!(!wrong_outcome(ok, arrival, latency, timeout), "{ok:?}");
         }
