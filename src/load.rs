@@ -54,8 +54,8 @@ use system_timer::SystemTimer;
 use crate::completion::CompletionQueue;
 use crate::done_log::{self, Done};
 use crate::measure::{
-    exit_status, live_threads, machine_line, peak_rss_bytes, prefaulted, process_cpu_ns,
-    reset_peak_rss, rss_bytes, this_thread, to_stderr, to_stdout, ThreadUse,
+    exit_status, exit_status_written, live_threads, machine_line, peak_rss_bytes, prefaulted,
+    process_cpu_ns, reset_peak_rss, rss_bytes, this_thread, to_stderr, to_stdout, ThreadUse,
 };
 use crate::note;
 use crate::rng::SplitMix64;
@@ -444,24 +444,20 @@ pub fn run(args: &Args) -> ExitCode {
     } else {
         to_stdout(format_args!("{}", table(args, &report)));
     }
-    if let Some(path) = &args.plot {
+    let plot_written = args.plot.as_ref().is_none_or(|path| {
         let written = plot_svg(args, &report)
             .map_err(|e| format!("cannot draw the plot: {e}"))
             .and_then(|svg| {
                 std::fs::write(path, svg)
                     .map_err(|e| format!("cannot write {}: {e}", path.display()))
             });
-        match written {
+        match &written {
             Ok(()) => note!("plot written to {}", path.display()),
-            Err(e) => {
-                note!("error: {e}");
-                if checks_passed {
-                    return ExitCode::from(2);
-                }
-            }
+            Err(e) => note!("error: {e}"),
         }
-    }
-    exit_status(checks_passed)
+        written.is_ok()
+    });
+    exit_status_written(checks_passed, plot_written)
 }
 
 /// Whether a run passes its checks, for the exit status: it and its baseline run

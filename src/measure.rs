@@ -58,7 +58,13 @@ pub fn while_stdout_taken<I: IntoIterator>(items: I) -> impl Iterator<Item = I::
 /// written (the failure is the news, and the lost report is named on standard error); else 2
 /// when the report could not be written ([`to_stdout`]); else 0.
 pub fn exit_status(checks_passed: bool) -> ExitCode {
-    ExitCode::from(status(checks_passed, stdout_lost()))
+    exit_status_written(checks_passed, true)
+}
+
+/// [`exit_status`] for a run that also writes its report elsewhere (W4's plot): `written`
+/// false is a lost report too, with the same rule (a failed check wins).
+pub fn exit_status_written(checks_passed: bool, written: bool) -> ExitCode {
+    ExitCode::from(status(checks_passed, stdout_lost() || !written))
 }
 
 /// [`exit_status`]'s number.
