@@ -20,6 +20,17 @@
 //! then force-completed, then the timer advanced by hand, which runs the purge when one is due):
 //! `add` per operation at 1 and 3 keys (the difference is one watch), `complete` and `purge`
 //! (amortised over the rounds) per operation at 3 keys. Everything in cache.
+//!
+//! `w4-replay`: W4's `kafka` model at the low-timeout point (BENCHMARKS.md), replayed on one
+//! thread and a manual clock: each virtual millisecond, 100 requests (100,000/s) watched on the
+//! same 3 keys of 100 with a 200 ms timeout and W4's log-normal latencies (p50/p75 = 20/60 ms,
+//! seed 42); each request whose latency is under the timeout is force-completed in the
+//! millisecond its latency ends (as W4's completer does), the rest expire; then the clock moves
+//! on 1 ms and the purgatory advances (expiries, purges). Timed per request in the steady state
+//! (about 5,000 pending, the garbage and purges of W4). No second thread, no sleeps and no
+//! wake-ups: the purgatory's own work on W4's shape and working set, with a few percent of
+//! noise where a W4 run's CPU figure varies by tens of percent on a shared VM. For A/B of
+//! hot-path changes; W4 itself decides.
 #![allow(missing_docs, clippy::disallowed_methods, clippy::disallowed_types)]
 
 use std::hint::black_box;
@@ -30,6 +41,7 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use dashmap::DashMap;
 use kafka_timer::rng::SplitMix64;
+use purgatory::system_timer::ManualClock;
 use purgatory::{DelayedOperation, OperationHandle, Purgatory, ReadyHint};
 use tokio_util::time::{delay_queue, DelayQueue};
 
@@ -393,12 +405,84 @@ fn lifecycle(c: &mut Criterion) {
     g.finish();
 }
 
+fn w4_replay(c: &mut Criterion) {
+    /// Requests per virtual millisecond (W4's default rate, 100,000/s).
+    const PER_MS: usize = 100;
+    /// W4's timeout.
+    const TIMEOUT_MS: u64 = 200;
+    /// Latencies drawn (cycled through): far more than the steady state's 5,000 pending.
+    const DRAWS: usize = 1 << 20;
+    let mut g = c.benchmark_group("w4-replay");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("kafka-low-timeout", |b| {
+        // W4's draws at its defaults: the latencies first, then (after the gaps, which the
+        // replay does not need: its arrivals are evenly spread) the 3 keys of the `kafka`
+        // model, the same for every request.
+        let mut rng = SplitMix64::new(42);
+        let latency_ms: Vec<u64> = kafka_timer::load::latencies_ns(&mut rng, DRAWS, 20.0, 60.0)
+            .into_iter()
+            .map(|ns| ns / 1_000_000)
+            .collect();
+        let keys: Vec<u32> = (0..3).map(|_| (rng.next() % KEY_SPACE) as u32).collect();
+        let clock = ManualClock::new(0);
+        let p: Purgatory<u32, Forced> = Purgatory::builder()
+            .name("bench")
+            .clock(clock.clone())
+            .reaper(false)
+            .build();
+        // The completer's calendar: the handles due in each millisecond, a slot per millisecond
+        // of the timeout (a latency under it is due within it).
+        let mut calendar: Vec<Vec<OperationHandle<Forced>>> =
+            (0..=TIMEOUT_MS).map(|_| Vec::new()).collect();
+        let slot = |ms: u64| (ms % (TIMEOUT_MS + 1)) as usize;
+        let (mut now_ms, mut next) = (0u64, 0usize);
+        let mut step = || {
+            for _ in 0..PER_MS {
+                let latency = latency_ms[next % DRAWS];
+                next += 1;
+                let w = p
+                    .try_complete_else_watch(Forced, Duration::from_millis(TIMEOUT_MS), &keys)
+                    .unwrap();
+                if latency < TIMEOUT_MS {
+                    calendar[slot(now_ms + latency)].push(w.handle);
+                }
+            }
+            for h in calendar[slot(now_ms)].drain(..) {
+                assert!(h.force_complete(), "completed before its latency");
+            }
+            now_ms += 1;
+            clock.advance(Duration::from_millis(1));
+            p.advance();
+        };
+        // The steady state: a second of virtual time (five timeouts) before timing.
+        for _ in 0..1_000 {
+            step();
+        }
+        b.iter_custom(|iters| {
+            let steps = iters.div_ceil(PER_MS as u64);
+            let start = std::time::Instant::now();
+            for _ in 0..steps {
+                step();
+            }
+            start
+                .elapsed()
+                .mul_f64(iters as f64 / (steps * PER_MS as u64) as f64)
+        });
+        let st = p.stats();
+        assert!(
+            st.expired > 0 && st.purges > 0,
+            "no expiry or no purge: {st:?}"
+        );
+    });
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .sample_size(20)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    targets = ours, hand_rolled, check_not_ready, concurrent_adders, lifecycle
+    targets = ours, hand_rolled, check_not_ready, concurrent_adders, lifecycle, w4_replay
 }
 criterion_main!(benches);

@@ -668,6 +668,18 @@ fn normal(rng: &mut SplitMix64) -> f64 {
     (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
 }
 
+/// W4's completion latencies (ns) of `n` requests, the next `2n` outputs of `rng` (request `i`:
+/// outputs `2i` and `2i + 1`, Box–Muller): log-normal with μ = ln p50 and σ = (ln p75 − μ) /
+/// 0.674490 (BENCHMARKS.md), p50 and p75 in milliseconds. The run draws them first; the
+/// `w4-replay` bench draws them the same way.
+pub fn latencies_ns(rng: &mut SplitMix64, n: usize, pct50_ms: f64, pct75_ms: f64) -> Vec<u64> {
+    let mu = pct50_ms.ln();
+    let sigma = (pct75_ms.ln() - mu) / 0.674_490;
+    (0..n)
+        .map(|_| ((mu + sigma * normal(rng)).exp() * 1e6) as u64)
+        .collect()
+}
+
 /// A request the completer waits to complete: its id and (kafka model) its handle.
 type Pending = (u32, Option<OperationHandle<FakeOp>>);
 
@@ -817,11 +829,7 @@ fn run_once_with(args: &Args, flags: &FlagPool) -> Report {
     // "task i uses the i-th output" is for one draw per task; with several, a run of n requests
     // is not a prefix of a longer one (its gaps come after its own n latencies).
     let mut rng = SplitMix64::new(args.seed);
-    let mu = args.pct50.ln();
-    let sigma = (args.pct75.ln() - mu) / 0.674_490;
-    let latency_ns: Vec<u64> = (0..n)
-        .map(|_| ((mu + sigma * normal(&mut rng)).exp() * 1e6) as u64)
-        .collect();
+    let latency_ns = latencies_ns(&mut rng, n, args.pct50, args.pct75);
     let mean_gap_ns = 1e9 / args.rate;
     let gaps_ns: Vec<u64> = (0..n)
         .map(|_| (-(1.0 - rng.next_f64()).ln() * mean_gap_ns) as u64)
@@ -2559,6 +2567,31 @@ mod tests {
         }
         assert_eq!(percentile(&[7.0], 0.5), 7.0);
         assert_eq!(percentile(&[], 0.5), 0.0);
+    }
+
+    /// The latencies are log-normal with the quartiles asked for (the median and the 75th
+    /// percentile of 100,000 draws within 2% of p50 and p75), each from two outputs of the
+    /// stream in order (Box–Muller), in nanoseconds, truncated.
+    #[test]
+    fn latencies_are_log_normal_with_the_given_median_and_p75() {
+        let mut rng = SplitMix64::new(42);
+        let mut l = latencies_ns(&mut rng, 100_000, 20.0, 60.0);
+        // The stream moved on by exactly two outputs per latency.
+        let mut skipped = SplitMix64::new(42);
+        for _ in 0..200_000 {
+            skipped.next();
+        }
+        assert_eq!(rng.next(), skipped.next());
+        // The first latency from the first two outputs, by the formula.
+        let mut first = SplitMix64::new(42);
+        let (u1, u2) = (first.next_f64(), first.next_f64());
+        let z = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
+        let sigma = (60f64.ln() - 20f64.ln()) / 0.674_490;
+        assert_eq!(l[0], ((20f64.ln() + sigma * z).exp() * 1e6) as u64);
+        l.sort_unstable();
+        let (p50, p75) = (l[50_000] as f64 / 1e6, l[75_000] as f64 / 1e6);
+        assert!((p50 / 20.0 - 1.0).abs() < 0.02, "median {p50} ms");
+        assert!((p75 / 60.0 - 1.0).abs() < 0.02, "p75 {p75} ms");
     }
 
     /// Must expire: a latency at or past the timeout; either outcome right: under it by at most
