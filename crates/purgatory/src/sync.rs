@@ -34,8 +34,10 @@ mod imp {
         }
     }
 
-    /// A small per-thread number, assigned round-robin on a thread's first call: picks the
-    /// thread's counter stripe.
+    /// A per-thread number, assigned in turn on a thread's first call and never given to
+    /// another thread: picks the thread's counter stripe. The counters rely on it being unique
+    /// (a thread with one of the first hints owns its stripe and updates it without a
+    /// read-modify-write: see `operation.rs`).
     #[inline]
     pub(crate) fn thread_hint() -> usize {
         use std::cell::Cell;
