@@ -560,7 +560,7 @@ where
             return Entered::ReadyAtFirstTry;
         }
         for key in keys {
-            if !inner.watchers.watch(key.clone(), cell, arg) {
+            if !inner.watchers.watch(key, cell, arg) {
                 // Closed under us: hand the operation back; cells already appended are empty
                 // shells the shutdown's drain skips.
                 return Entered::Refused(cell.hand_back_locked(st));

@@ -120,16 +120,24 @@ impl<K: Hash + Eq + Clone, Op: DelayedOperation> WatchMap<K, Op> {
     }
 
     /// Appends `cell` (with its ready argument) to `key`'s list (creating it); false if the map
-    /// is closed.
-    pub(crate) fn watch(&self, key: K, cell: &Arc<OpCell<Op>>, arg: u64) -> bool {
+    /// is closed. The key is cloned only to create its list: a watched key's list is found by
+    /// reference (a key that owns memory, a topic name, is not copied per watch).
+    pub(crate) fn watch(&self, key: &K, cell: &Arc<OpCell<Op>>, arg: u64) -> bool {
         let entry = Entry {
             cell: Arc::clone(cell),
             arg,
         };
         #[cfg(not(loom))]
         {
-            // The entry holds the shard's write lock while `closed` is read.
-            let slot = self.map.entry(key);
+            // Both holds of the shard's write lock read `closed` under it.
+            if let Some(mut list) = self.map.get_mut(key) {
+                if self.closed.load(Ordering::Acquire) {
+                    return false;
+                }
+                list_mut(&mut list).push(entry);
+                return true;
+            }
+            let slot = self.map.entry(key.clone());
             if self.closed.load(Ordering::Acquire) {
                 return false;
             }
@@ -142,7 +150,11 @@ impl<K: Hash + Eq + Clone, Op: DelayedOperation> WatchMap<K, Op> {
             if self.closed.load(Ordering::Acquire) {
                 return false;
             }
-            list_mut(map.entry(key).or_default()).push(entry);
+            if let Some(list) = map.get_mut(key) {
+                list_mut(list).push(entry);
+            } else {
+                list_mut(map.entry(key.clone()).or_default()).push(entry);
+            }
             true
         }
     }

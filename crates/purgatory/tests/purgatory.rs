@@ -1498,3 +1498,55 @@ fn debug_output_names_each_type_and_shows_its_state() {
     assert_eq!(format!("{p:?}"), "Purgatory { name: \"dbg\", delayed: 0 }");
     assert_eq!(format!("{:?}", ReadyHint::new(|| true)), "ReadyHint { .. }");
 }
+
+/// A key of the kind a broker watches (a topic name: memory of its own) is cloned only to
+/// create its list, not on every watch: a hundred operations on two keys clone each key once,
+/// and once more after a check has dropped an emptied list.
+#[test]
+fn a_watched_key_is_cloned_only_to_create_its_list() {
+    /// A key that counts its clones.
+    struct Key(&'static str, Arc<AtomicUsize>);
+    impl Clone for Key {
+        fn clone(&self) -> Self {
+            self.1.fetch_add(1, SeqCst);
+            Key(self.0, Arc::clone(&self.1))
+        }
+    }
+    impl PartialEq for Key {
+        fn eq(&self, other: &Self) -> bool {
+            self.0 == other.0
+        }
+    }
+    impl Eq for Key {}
+    impl std::hash::Hash for Key {
+        fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+            self.0.hash(h);
+        }
+    }
+    struct Ready(Arc<AtomicBool>);
+    impl DelayedOperation for Ready {
+        fn try_complete(&mut self) -> bool {
+            self.0.load(SeqCst)
+        }
+        fn on_complete(&mut self) {}
+    }
+    let clones = Arc::new(AtomicUsize::new(0));
+    let keys = [
+        Key("orders-0", clones.clone()),
+        Key("orders-1", clones.clone()),
+    ];
+    let p: Purgatory<Key, Ready> = Purgatory::builder().reaper(false).build();
+    let ready = Arc::new(AtomicBool::new(false));
+    for _ in 0..100 {
+        p.try_complete_else_watch(Ready(ready.clone()), LONG, &keys)
+            .unwrap();
+    }
+    assert_eq!(clones.load(SeqCst), 2, "one clone per key's list");
+    assert_eq!(p.watched(), 200);
+    ready.store(true, SeqCst);
+    assert_eq!(p.check_and_complete(&keys[0]), 100);
+    assert_eq!(p.stats().keys, 1, "the emptied list of orders-0 is dropped");
+    p.try_complete_else_watch(Ready(Arc::new(AtomicBool::new(false))), LONG, &keys)
+        .unwrap();
+    assert_eq!(clones.load(SeqCst), 3, "orders-0's list created again");
+}
