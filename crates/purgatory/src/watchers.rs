@@ -287,3 +287,42 @@ impl<K: Hash + Eq + Clone, Op: DelayedOperation> WatchMap<K, Op> {
             .collect();
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::operation::{Common, CommonRefs, Purger};
+    use system_timer::SystemTimer;
+
+    struct Never;
+    impl DelayedOperation for Never {
+        fn try_complete(&mut self) -> bool {
+            false
+        }
+        fn on_complete(&mut self) {}
+    }
+
+    /// A closed map refuses every append: to a key the close's drain removed and to one that
+    /// never had a list (either would create a list after the drain, which nothing drains
+    /// again). A key that still has a list was not drained yet: its entries are drained with it.
+    #[test]
+    fn a_closed_map_refuses_appends_to_drained_and_new_keys() {
+        let timer = Arc::new(SystemTimer::builder().reaper(false).inline().build());
+        let common = Arc::new(Common::new(timer, 1000, Purger::new(|| 0)));
+        let refs = CommonRefs::new(&common);
+        let cell = Arc::new(OpCell::new(Never, refs.mine()));
+        let map: WatchMap<u32, Never> = WatchMap::new(4);
+        assert!(map.watch(&1, &cell, NO_ARG));
+        assert!(
+            map.watch(&1, &cell, NO_ARG),
+            "a second append to the same list"
+        );
+        assert_eq!(map.watched(), 2);
+        let (cells, panic) = map.close();
+        assert!(panic.is_none());
+        assert_eq!(cells.len(), 1, "the drain gives each cell once");
+        assert!(!map.watch(&1, &cell, NO_ARG), "appended to a drained key");
+        assert!(!map.watch(&2, &cell, NO_ARG), "appended to a new key");
+        assert_eq!((map.watched(), map.keys()), (0, 0));
+    }
+}
