@@ -1007,10 +1007,11 @@ impl<Op> fmt::Debug for OperationHandle<Op> {
 }
 
 #[cfg(all(test, not(loom)))]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    struct Nothing;
+    /// An operation that is never ready (the crate's unit tests share it).
+    pub(crate) struct Nothing;
     impl DelayedOperation for Nothing {
         fn try_complete(&mut self) -> bool {
             false

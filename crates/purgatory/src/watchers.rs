@@ -291,16 +291,9 @@ impl<K: Hash + Eq + Clone, Op: DelayedOperation> WatchMap<K, Op> {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::operation::tests::Nothing;
     use crate::operation::{Common, CommonRefs, Purger};
     use system_timer::SystemTimer;
-
-    struct Never;
-    impl DelayedOperation for Never {
-        fn try_complete(&mut self) -> bool {
-            false
-        }
-        fn on_complete(&mut self) {}
-    }
 
     /// A closed map refuses every append: to a key the close's drain removed and to one that
     /// never had a list (either would create a list after the drain, which nothing drains
@@ -310,8 +303,8 @@ mod tests {
         let timer = Arc::new(SystemTimer::builder().reaper(false).inline().build());
         let common = Arc::new(Common::new(timer, 1000, Purger::new(|| 0)));
         let refs = CommonRefs::new(&common);
-        let cell = Arc::new(OpCell::new(Never, refs.mine()));
-        let map: WatchMap<u32, Never> = WatchMap::new(4);
+        let cell = Arc::new(OpCell::new(Nothing, refs.mine()));
+        let map: WatchMap<u32, Nothing> = WatchMap::new(4);
         assert!(map.watch(&1, &cell, NO_ARG));
         assert!(
             map.watch(&1, &cell, NO_ARG),
