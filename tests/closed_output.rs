@@ -139,3 +139,36 @@ fn every_workload_reports_a_closed_stdout_with_status_2() {
         );
     }
 }
+
+/// The examples with a closed standard output: status 2 and a message, after their checks ran
+/// (the broker's verdict is its last line; a failed check would be status 1). They printed with
+/// `println!`, which panicked at the first line: status 101, a backtrace, the checks never run.
+/// `cargo test` builds the examples beside the test binaries (`target/<profile>/examples`).
+#[test]
+fn the_examples_report_a_closed_stdout_with_status_2() {
+    let deps = std::env::current_exe().expect("the test binary's path");
+    let dir = deps
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target/<profile>/deps")
+        .join("examples");
+    for name in ["ttl", "broker"] {
+        let path = dir.join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+        assert!(
+            path.exists(),
+            "{} not built: run this test through `cargo test`, which builds the examples \
+             (`--test closed_output` alone builds only this file)",
+            path.display()
+        );
+        let out = Command::new(&path)
+            .stdout(closed_pipe())
+            .output()
+            .expect("the example runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name}: {stderr}");
+        assert!(
+            stderr.contains("error: cannot write the report") && !stderr.contains("panicked"),
+            "{name}: {stderr}"
+        );
+    }
+}
