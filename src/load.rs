@@ -2752,14 +2752,23 @@ mod tests {
                 harness_only: true,
                 ..small(Model::Kafka)
             };
-            let r = run_once(&a);
-            assert!(r.exactly_once && r.wrong_outcome == 0, "{wake:?}");
             // A completer tick (1 ms) plus scheduling noise, with room for a loaded machine;
-            // it was about 80 ms at this rate.
+            // without the wake-up it is 40–80 ms at this rate, in every run (41–42 ms in three
+            // runs with it removed, 2026-11-28). A bound on the real clock: a run
+            // the machine stalled (the tests run in parallel on 2 cores) is run again, up to
+            // three times; the fault above fails all three.
+            let mut lags = Vec::new();
+            for _ in 0..3 {
+                let r = run_once(&a);
+                assert!(r.exactly_once && r.wrong_outcome == 0, "{wake:?}");
+                lags.push(r.completer_lag_p99_ms);
+                if r.completer_lag_p99_ms < 30.0 {
+                    break;
+                }
+            }
             assert!(
-                r.completer_lag_p99_ms < 30.0,
-                "{wake:?}: completer lag p99 {:.3} ms",
-                r.completer_lag_p99_ms
+                lags.last().is_some_and(|&l| l < 30.0),
+                "{wake:?}: completer lag p99 {lags:.3?} ms"
             );
         }
     }
