@@ -2757,17 +2757,15 @@ mod tests {
             // runs with it removed, 2026-11-28). A bound on the real clock: a run
             // the machine stalled (the tests run in parallel on 2 cores) is run again, up to
             // three times; the fault above fails all three.
+            const BOUND_MS: f64 = 30.0;
             let mut lags = Vec::new();
-            for _ in 0..3 {
+            while lags.len() < 3 && lags.last().is_none_or(|&l| l >= BOUND_MS) {
                 let r = run_once(&a);
                 assert!(r.exactly_once && r.wrong_outcome == 0, "{wake:?}");
                 lags.push(r.completer_lag_p99_ms);
-                if r.completer_lag_p99_ms < 30.0 {
-                    break;
-                }
             }
             assert!(
-                lags.last().is_some_and(|&l| l < 30.0),
+                lags.last().is_some_and(|&l| l < BOUND_MS),
                 "{wake:?}: completer lag p99 {lags:.3?} ms"
             );
         }
