@@ -8,7 +8,9 @@
 //! is ready, with and without `ReadyHint`s (the cost of a visit: the lock taken and released
 //! to call `try_complete`, or the hint read without it), and with the purgatory's ready test
 //! (`Builder::ready_test`: the operation's argument read from the watch list, the operation
-//! itself not at all). Every watcher is in cache here: the best case for all three.
+//! itself not at all), as a closure behind a pointer and as a type of its own
+//! (`Builder::with_ready_test`: called directly). Every watcher is in cache here: the best case
+//! for all of them.
 //!
 //! `concurrent-adders`: the life of an operation as Kafka's own benchmark drives it (watched on 3
 //! keys, armed, force-completed, later purged by the reaper), on 1 and on 2 threads at once,
@@ -42,7 +44,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use dashmap::DashMap;
 use kafka_timer::rng::SplitMix64;
 use purgatory::system_timer::ManualClock;
-use purgatory::{DelayedOperation, OperationHandle, Purgatory, ReadyHint};
+use purgatory::{DelayedOperation, OperationHandle, Purgatory, ReadyHint, ReadyTest};
 use tokio_util::time::{delay_queue, DelayQueue};
 
 const KEY_SPACE: u64 = 100;
@@ -119,9 +121,9 @@ fn ours(c: &mut Criterion) {
 /// One check of a key that `n` operations watch, none ready.
 fn check_not_ready(c: &mut Criterion) {
     /// Watches the `n` operations `make(i)` on key 7 of `p` and times one check of it.
-    fn run<Op: DelayedOperation>(
+    fn run<Op: DelayedOperation, T: ReadyTest<u32>>(
         b: &mut criterion::Bencher<'_>,
-        p: Purgatory<u32, Op>,
+        p: Purgatory<u32, Op, T>,
         n: usize,
         make: impl Fn(u64) -> Op,
     ) {
@@ -151,6 +153,19 @@ fn check_not_ready(c: &mut Criterion) {
             let p = Purgatory::builder()
                 .name("bench")
                 .ready_test(move |_partition: &u32, offset| test_hw.load(Relaxed) > offset)
+                .build();
+            run(b, p, n, |offset| Produce {
+                offset,
+                hw: Arc::clone(&hw),
+            })
+        });
+        // The same test as a type of its own: called directly, inlined into the scan.
+        g.bench_with_input(BenchmarkId::new("typed-ready-test", n), &n, |b, &n| {
+            let hw = Arc::new(AtomicU64::new(0));
+            let test_hw = Arc::clone(&hw);
+            let p = Purgatory::builder()
+                .name("bench")
+                .with_ready_test(move |_partition: &u32, offset| test_hw.load(Relaxed) > offset)
                 .build();
             run(b, p, n, |offset| Produce {
                 offset,

@@ -48,7 +48,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
-use purgatory::{DelayedOperation, OperationHandle, Purgatory};
+use purgatory::{DelayedOperation, OperationHandle, Purgatory, ReadyTest};
 use system_timer::SystemTimer;
 
 use crate::completion::CompletionQueue;
@@ -280,6 +280,18 @@ impl FlagPool {
     /// Gives back a slice [`take`](Self::take) returned, once nothing reads it any more.
     fn give(&self, flags: &'static [AtomicBool]) {
         self.list().push(flags);
+    }
+}
+
+/// The purgatory's ready test: a request's ready flag, by the id it gave
+/// ([`FakeOp::ready_arg`]). A type of its own, so that a check's scan reads the flag inline
+/// (`purgatory::Builder::with_ready_test`) instead of calling a closure per watcher.
+struct ReadyFlags(&'static [AtomicBool]);
+
+impl ReadyTest<u32> for ReadyFlags {
+    #[inline]
+    fn maybe_ready(&self, _key: &u32, id: u64) -> bool {
+        self.0[id as usize].load(Acquire)
     }
 }
 
@@ -869,15 +881,17 @@ fn run_once_with(args: &Args, flags: &FlagPool) -> Report {
     // them and given back at the end of the run (see `FlagPool`).
     let ready_all = flags.take(n);
     let ready: &'static [AtomicBool] = &ready_all[..n];
-    let mut purgatory = Purgatory::builder()
-        .name("w4")
-        .timer(Arc::clone(&timer))
-        .purge_interval(args.purge_interval);
-    if args.uses_ready_hints() {
-        // A check rules a request out by its ready flag, from its id beside it in the list.
-        purgatory = purgatory.ready_test(move |_key: &u32, id| ready[id as usize].load(Acquire));
-    }
-    let purgatory: Arc<Purgatory<u32, FakeOp>> = Arc::new(purgatory.build());
+    // A check rules a request out by its ready flag, from its id beside it in the list. Only
+    // requests with ready hints give their ids (`FakeOp::ready_arg`: the `watch` model's
+    // default); the test is asked about no other.
+    let purgatory: Arc<Purgatory<u32, FakeOp, ReadyFlags>> = Arc::new(
+        Purgatory::builder()
+            .name("w4")
+            .timer(Arc::clone(&timer))
+            .purge_interval(args.purge_interval)
+            .with_ready_test(ReadyFlags(ready))
+            .build(),
+    );
 
     // The per-request tables are built before the clock starts; `start` is the one time base
     // of arrivals, due times and completions.

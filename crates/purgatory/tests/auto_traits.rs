@@ -10,8 +10,8 @@
 #![allow(clippy::disallowed_methods)]
 
 use purgatory::{
-    Builder, DelayedOperation, OperationHandle, Purgatory, PurgatoryStats, ReadyHint, WatchError,
-    Watched,
+    Builder, DelayedOperation, DynReadyTest, OperationHandle, Purgatory, PurgatoryStats, ReadyHint,
+    WatchError, Watched,
 };
 
 fn send_and_sync<T: Send + Sync>() {}
@@ -31,6 +31,10 @@ impl DelayedOperation for Op {
 fn the_purgatory_its_builder_and_handles_are_send_and_sync_for_any_operation() {
     send_and_sync::<Purgatory<String, Op>>();
     send_and_sync::<Builder<String, Op>>();
+    // With a ready test of a type of its own (any closure is one), and the default's.
+    send_and_sync::<Purgatory<String, Op, fn(&String, u64) -> bool>>();
+    send_and_sync::<Builder<String, Op, fn(&String, u64) -> bool>>();
+    send_and_sync::<DynReadyTest<String>>();
     send_and_sync::<OperationHandle<Op>>();
     send_and_sync::<Watched<Op>>();
     send_and_sync::<PurgatoryStats>();

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use purgatory::{DelayedOperation, OperationHandle, Purgatory, ReadyHint, WatchError};
+use purgatory::{DelayedOperation, OperationHandle, Purgatory, ReadyHint, ReadyTest, WatchError};
 use system_timer::{ManualClock, SystemTimer};
 
 const MS: Duration = Duration::from_millis(1);
@@ -659,6 +659,87 @@ fn a_ready_test_gets_the_key_and_each_operations_argument() {
     completed.sort_unstable();
     assert_eq!(completed, [Some(1), Some(3)]);
     assert_eq!(p.delayed(), 4);
+    p.check_invariants();
+}
+
+/// A ready test of a type of its own (`Builder::with_ready_test`, the purgatory's third type
+/// parameter) is asked as a closure is: with the key checked and each operation's argument, and
+/// a check skips the operations it rules out. The builder's settings made before it are kept
+/// (the name, the manual clock, no reaper: the rest expire when the clock is advanced).
+///
+/// Catches: `with_ready_test` dropping the test (every operation tried: the tries counted) or
+/// the settings before it (a real clock or reaper: nothing expires on the manual advance; the
+/// default name), or a check that calls the test without the key.
+#[test]
+fn a_ready_test_of_its_own_type_rules_out_what_it_says_and_keeps_the_settings() {
+    struct Produce {
+        offset: u64,
+        hw: Arc<AtomicU64>,
+        tries: Arc<AtomicUsize>,
+    }
+    impl DelayedOperation for Produce {
+        fn try_complete(&mut self) -> bool {
+            self.tries.fetch_add(1, SeqCst);
+            self.hw.load(SeqCst) > self.offset
+        }
+        fn on_complete(&mut self) {}
+        fn ready_arg(&self) -> Option<u64> {
+            Some(self.offset)
+        }
+    }
+    struct Watermark {
+        hw: Arc<AtomicU64>,
+        asked: Arc<Mutex<Vec<(&'static str, u64)>>>,
+    }
+    impl ReadyTest<&'static str> for Watermark {
+        fn maybe_ready(&self, key: &&'static str, offset: u64) -> bool {
+            self.asked.lock().unwrap().push((*key, offset));
+            self.hw.load(SeqCst) > offset
+        }
+    }
+    let clock = ManualClock::new(0);
+    let hw = Arc::new(AtomicU64::new(0));
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    let p: Purgatory<&'static str, Produce, Watermark> = Purgatory::builder()
+        .name("typed")
+        .clock(clock.clone())
+        .reaper(false)
+        .with_ready_test(Watermark {
+            hw: Arc::clone(&hw),
+            asked: Arc::clone(&asked),
+        })
+        .build();
+    assert!(
+        format!("{p:?}").contains("\"typed\""),
+        "the name was lost: {p:?}"
+    );
+    let tries = Arc::new(AtomicUsize::new(0));
+    for offset in [5, 1, 9, 3] {
+        let op = Produce {
+            offset,
+            hw: Arc::clone(&hw),
+            tries: Arc::clone(&tries),
+        };
+        p.try_complete_else_watch(op, 10 * MS, &["p0"]).unwrap();
+    }
+    assert_eq!(tries.load(SeqCst), 8, "two tries each at entry");
+    assert!(asked.lock().unwrap().is_empty(), "asked outside a check");
+
+    hw.store(4, SeqCst); // offsets 1 and 3 are below the watermark
+    assert_eq!(p.check_and_complete(&"p0"), 2);
+    let mut seen = asked.lock().unwrap().clone();
+    seen.sort_unstable();
+    assert_eq!(seen, [("p0", 1), ("p0", 3), ("p0", 5), ("p0", 9)]);
+    assert_eq!(
+        tries.load(SeqCst),
+        10,
+        "try_complete only where the test said maybe"
+    );
+    assert_eq!(p.delayed(), 2);
+
+    clock.advance(10 * MS);
+    assert_eq!(p.advance(), 2, "the other two expire on the manual clock");
+    assert_eq!(p.delayed(), 0);
     p.check_invariants();
 }
 
