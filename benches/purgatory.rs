@@ -118,6 +118,20 @@ fn ours(c: &mut Criterion) {
     g.finish();
 }
 
+/// A partition's high watermark as a ready test: an offset may be ready once it is below it.
+fn high_watermark(hw: &Arc<AtomicU64>) -> impl Fn(&u32, u64) -> bool + Send + Sync + 'static {
+    let hw = Arc::clone(hw);
+    move |_partition: &u32, offset| hw.load(Relaxed) > offset
+}
+
+/// A produce waiting for `hw` to pass `offset`.
+fn produce(hw: &Arc<AtomicU64>, offset: u64) -> Produce {
+    Produce {
+        offset,
+        hw: Arc::clone(hw),
+    }
+}
+
 /// One check of a key that `n` operations watch, none ready.
 fn check_not_ready(c: &mut Criterion) {
     /// Watches the `n` operations `make(i)` on key 7 of `p` and times one check of it.
@@ -147,29 +161,20 @@ fn check_not_ready(c: &mut Criterion) {
                 BenchOp::<true>(flag())
             })
         });
+        // The same test behind a closure's pointer (`ready_test`), and as a type of its own
+        // (`with_ready_test`: called directly, inlined into the scan).
         g.bench_with_input(BenchmarkId::new("ready-test", n), &n, |b, &n| {
             let hw = Arc::new(AtomicU64::new(0));
-            let test_hw = Arc::clone(&hw);
-            let p = Purgatory::builder()
-                .name("bench")
-                .ready_test(move |_partition: &u32, offset| test_hw.load(Relaxed) > offset)
-                .build();
-            run(b, p, n, |offset| Produce {
-                offset,
-                hw: Arc::clone(&hw),
+            let test = Purgatory::builder().ready_test(high_watermark(&hw));
+            run(b, test.name("bench").build(), n, |offset| {
+                produce(&hw, offset)
             })
         });
-        // The same test as a type of its own: called directly, inlined into the scan.
         g.bench_with_input(BenchmarkId::new("typed-ready-test", n), &n, |b, &n| {
             let hw = Arc::new(AtomicU64::new(0));
-            let test_hw = Arc::clone(&hw);
-            let p = Purgatory::builder()
-                .name("bench")
-                .with_ready_test(move |_partition: &u32, offset| test_hw.load(Relaxed) > offset)
-                .build();
-            run(b, p, n, |offset| Produce {
-                offset,
-                hw: Arc::clone(&hw),
+            let test = Purgatory::builder().with_ready_test(high_watermark(&hw));
+            run(b, test.name("bench").build(), n, |offset| {
+                produce(&hw, offset)
             })
         });
     }
