@@ -10,9 +10,10 @@
 //!   completer calls `force_complete` on the request's handle.
 //! * `watch` model (a broker): each request watches its own keys drawn from the key space; the
 //!   completer marks the request ready and calls `check_and_complete` on each of its keys.
-//!   Each request gives its id to the purgatory's ready test (`Builder::ready_test`), which
-//!   reads its ready flag, so checks skip the requests not yet ready without their locks or
-//!   even reading them (`--ready-hint false`: Kafka's check, every watcher locked and asked).
+//!   Each request gives its id to the purgatory's ready test (`Builder::with_ready_test`: a
+//!   type of its own, inlined into the check's scan), which reads its ready flag, so checks
+//!   skip the requests not yet ready without their locks or even reading them
+//!   (`--ready-hint false`: Kafka's check, every watcher locked and asked).
 //!
 //! Differences from Kafka's tool, on purpose: latencies and gaps are not truncated to whole ms
 //! (so no request completes at its first try); keys are `u32` ids rather than strings; the
@@ -139,7 +140,7 @@ pub struct Args {
     #[arg(long, default_value_t = 1000)]
     pub completer_tick_us: u64,
     /// `watch` model: each request gives its id to the purgatory's ready test (a lock-free read
-    /// of its ready flag, `purgatory::Builder::ready_test`), so a key's check skips the
+    /// of its ready flag, `purgatory::Builder::with_ready_test`), so a key's check skips the
     /// requests that are not ready without taking their locks or reading them;
     /// `false`: every check locks every pending watcher and calls `try_complete`, as Kafka's
     /// `checkAndComplete` does. (The `kafka` model never checks keys.)
