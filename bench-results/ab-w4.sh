@@ -5,12 +5,15 @@
 #   bench-results/ab-w4.sh BIN_A BIN_B RUNS [W4 flags...]
 #   e.g. bench-results/ab-w4.sh /tmp/base/kafka-timer target/release/kafka-timer 5 --rate 50000
 #
+# Like for like against Kafka's own purgatory: B = bench-results/kafka-driver/run.sh (built by
+# that directory's build.sh; it takes the same flags and has no "sustained" field: "-").
+#
 # The flags go to both binaries, so use only flags both know.
 set -euo pipefail
 a=$1 b=$2 runs=$3
 shift 3
 median() { sort -g | awk '{v[NR]=$1} END {print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'; }
-cpu() { "$1" "${@:2}" --json --progress 0 | python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["cpu_s_per_million"], r["sustained"], r["exactly_once"])'; }
+cpu() { "$1" "${@:2}" --json --progress 0 | python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["cpu_s_per_million"], r.get("sustained", "-"), r["exactly_once"])'; }
 # Each run's figures in files of its own (two A/Bs at once must not mix their runs).
 fa=$(mktemp) fb=$(mktemp)
 trap 'rm -f "$fa" "$fb"' EXIT

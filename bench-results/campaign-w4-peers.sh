@@ -12,9 +12,9 @@
 #                          purgatory's share (the run minus the harness)
 #   $KAFKA_CMD, if set     a command running Kafka's own DelayedOperationPurgatory and SystemTimer
 #                          under the same workload, taking the same --model --num --rate --pct50
-#                          --pct75 --timeout flags and printing one JSON line with
-#                          "cpu_s_per_million" (the 2026-11-23 figures used a Java driver over
-#                          Kafka's server-common classes, kept outside this repository)
+#                          --pct75 --timeout --json flags and printing one JSON line with
+#                          "cpu_s_per_million": bench-results/kafka-driver/run.sh (build it first
+#                          with that directory's build.sh; see its README.md)
 #
 #   $MODELS                the completion models to run (default "kafka watch")
 #
@@ -45,7 +45,7 @@ for model in ${MODELS:-kafka watch}; do
           echo "base $cell run=$i $($BASE "${flags[@]}" --progress 0 --json)"
         fi
         if [ -n "${KAFKA_CMD:-}" ]; then
-          echo "kafka $cell run=$i $($KAFKA_CMD "${flags[@]}" --timeout 200 2>/dev/null | tail -1)"
+          echo "kafka $cell run=$i $($KAFKA_CMD "${flags[@]}" --timeout 200 --json 2>/dev/null | tail -1)"
         fi
       done
     done
