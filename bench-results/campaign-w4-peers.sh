@@ -30,6 +30,7 @@ rustc --version
 [ -n "${KAFKA_CMD:-}" ] && echo "# kafka: $KAFKA_CMD"
 [ -n "${BASE:-}" ] && echo "# base: $BASE"
 echo "## wake-cost"; $B wake-cost
+echo "## mem-latency"; $B mem-latency
 for model in ${MODELS:-kafka watch}; do
   for point in "20 60 low" "200 400 high"; do
     set -- $point
@@ -52,4 +53,5 @@ for model in ${MODELS:-kafka watch}; do
   done
 done
 echo "## wake-cost (again)"; $B wake-cost
+echo "## mem-latency (again)"; $B mem-latency
 echo "# done $(date -u)"

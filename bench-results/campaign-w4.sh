@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 B=./target/release/kafka-timer
 echo "# $(date -u) $(nproc) cpus; $(grep -m1 'model name' /proc/cpuinfo)"; rustc --version
 echo "## wake-cost"; $B wake-cost
+echo "## mem-latency"; $B mem-latency
 for model in kafka watch; do
   for point in "20 60 low" "200 400 high"; do
     set -- $point
@@ -20,6 +21,7 @@ for model in kafka watch; do
   done
 done
 echo "## wake-cost (again)"; $B wake-cost
+echo "## mem-latency (again)"; $B mem-latency
 echo "## find-max-rate kafka"; $B --find-max-rate --rate 250000 --progress 0
 echo "## find-max-rate watch"; $B --find-max-rate --model watch --rate 100000 --progress 0
 echo "## criterion purgatory"; bench-results/criterion.sh purgatory

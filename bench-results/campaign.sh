@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 B=./target/release/kafka-timer
 echo "# $(date -u) $(nproc) cpus; $(grep -m1 'model name' /proc/cpuinfo)"; rustc --version
 echo "## wake-cost"; $B wake-cost
+echo "## mem-latency"; $B mem-latency
 echo "## w1 (fresh, all impls, bytes)"; $B w1
 echo "## w1 --warm"; $B w1 --warm --no-bytes
 echo "## w1x2"; $B w1x2

@@ -67,6 +67,14 @@ enum Cmd {
         #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..))]
         count: u32,
     },
+    /// The time of one load from memory here, by ring size (32 KiB to 256 MiB): what each of
+    /// the workloads' cache misses costs this hour (the machine's neighbours move it).
+    MemLatency {
+        /// Dependent loads timed per size.
+        #[arg(long, default_value_t = 10_000_000,
+              value_parser = clap::value_parser!(u64).range(1..=10_000_000_000))]
+        loads: u64,
+    },
     /// Internal: W1 on one implementation, in a process of its own; prints the median figures.
     #[command(hide = true)]
     ChurnProbe {
@@ -184,6 +192,18 @@ fn main() -> ExitCode {
                 cpu_ns / 1e3,
                 wall.as_secs_f64() * 1e6
             );
+        }
+        Some(Cmd::MemLatency { loads }) => {
+            out!("machine: {}", machine_line());
+            let line = kafka_timer::measure::LATENCY_SIZES
+                .iter()
+                .map(|&b| {
+                    let ns = kafka_timer::measure::load_latency(b, loads);
+                    format!("{} KiB {ns:.1}", b >> 10)
+                })
+                .collect::<Vec<_>>()
+                .join(", ");
+            out!("ns per dependent load, random ring of: {line}");
         }
         Some(Cmd::ChurnProbe { probe, runs, warm }) => {
             let delays = churn::delays(probe.n, probe.range_ms);
@@ -581,6 +601,13 @@ mod tests {
             assert!(parse(args).is_err(), "{args:?} accepted");
         }
         assert!(parse(&["wake-cost", "--period-us", "1", "--count", "1"]).is_ok());
+    }
+
+    /// `mem-latency --loads 0` would time nothing and print a latency of NaN.
+    #[test]
+    fn mem_latency_refuses_no_loads() {
+        assert!(parse(&["mem-latency", "--loads", "0"]).is_err());
+        assert!(parse(&["mem-latency", "--loads", "1"]).is_ok());
     }
 
     /// A delay range beyond what tokio-util's `DelayQueue` takes (2^36 ms, about 795 days) made

@@ -368,6 +368,57 @@ pub fn wake_cost(period: Duration, count: u32) -> (f64, Duration) {
     .expect("wake-cost thread")
 }
 
+/// One cache line of [`load_latency`]'s ring: the index of the next line to visit.
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct Line {
+    next: usize,
+}
+
+/// A ring through `lines` cache lines in a random order, one cycle that visits every line once
+/// (Sattolo's shuffle of the identity, splitmix64 seeded with 42).
+fn ring(lines: usize) -> Vec<Line> {
+    let mut order: Vec<usize> = (0..lines).collect();
+    let mut rng = crate::rng::SplitMix64::new(42);
+    for i in (1..lines).rev() {
+        // j < i (not <= i): the permutation is then one cycle.
+        let j = (rng.next() % i as u64) as usize;
+        order.swap(i, j);
+    }
+    let mut ring = vec![Line { next: 0 }; lines];
+    for w in 0..lines {
+        ring[order[w]].next = order[(w + 1) % lines];
+    }
+    ring
+}
+
+/// The time of one load from memory on this machine, as the workloads' misses see it: `loads`
+/// dependent loads (each one's address comes from the one before, so none overlaps another)
+/// around a random ring of `bytes` of cache lines (at least 2 lines); nanoseconds per load.
+/// A ring within a cache level gives that level's latency; one well past the last level,
+/// memory's. On a shared virtual machine the figures move with the neighbours' load, as the
+/// workloads' do: W4's share per request follows them (HISTORY.md, 2026-11-29).
+pub fn load_latency(bytes: usize, loads: u64) -> f64 {
+    let ring = ring((bytes / std::mem::size_of::<Line>()).max(2));
+    // One lap first: the ring's pages are faulted in by its construction, its lines warmed to
+    // where they settle.
+    let mut at = 0;
+    for _ in 0..ring.len() {
+        at = ring[at].next;
+    }
+    let t0 = Instant::now();
+    for _ in 0..loads {
+        at = std::hint::black_box(ring[at].next);
+    }
+    let elapsed = t0.elapsed();
+    std::hint::black_box(at);
+    elapsed.as_nanos() as f64 / loads.max(1) as f64
+}
+
+/// The ring sizes `mem-latency` measures: the first-level cache, the second, the last level's
+/// share of a small machine, and memory.
+pub const LATENCY_SIZES: [usize; 6] = [32 << 10, 256 << 10, 2 << 20, 8 << 20, 32 << 20, 256 << 20];
+
 /// The parser of a count flag that must be at least `min`: a task count or run count of zero
 /// would measure nothing and still print figures; W1's, W1x2's and W5's task counts need 2
 /// (the cancel phase cancels the tasks with `i % 10 != 0`, and one task, `i = 0`, would leave it
@@ -584,5 +635,38 @@ mod tests {
     fn median_of_odd_and_even() {
         assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+    }
+}
+
+#[cfg(test)]
+mod latency_tests {
+    use super::*;
+
+    /// The latency figure is only a load's if the ring is one cycle through every line: a
+    /// shorter cycle would stay in a smaller (faster) part of the buffer.
+    #[test]
+    fn the_ring_is_one_cycle_through_every_line() {
+        for lines in [2, 3, 64, 1000, 4097] {
+            let r = ring(lines);
+            let mut seen = vec![false; lines];
+            let mut at = 0;
+            for _ in 0..lines {
+                assert!(!seen[at], "{lines} lines: line {at} visited twice");
+                seen[at] = true;
+                at = r[at].next;
+            }
+            assert_eq!(at, 0, "{lines} lines: not back at the start");
+            assert!(
+                seen.iter().all(|&s| s),
+                "{lines} lines: a line never visited"
+            );
+        }
+        assert_eq!(std::mem::size_of::<Line>(), 64);
+    }
+
+    #[test]
+    fn a_load_latency_is_positive_and_finite() {
+        let ns = load_latency(64 << 10, 100_000);
+        assert!(ns.is_finite() && ns > 0.0, "{ns}");
     }
 }
