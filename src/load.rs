@@ -356,6 +356,11 @@ pub struct Report {
     /// The CPU one sleep and wake-up of a thread cost on this machine, µs, measured just before
     /// the run (200 sleeps of 1 ms on a thread of its own; noisy, ±20% on a shared machine).
     pub wake_cost_us: f64,
+    /// The time of one dependent load from a random 32 MiB ring of cache lines, ns, measured
+    /// just before the run ([`crate::measure::load_latency`], 1,000,000 loads): what a cache
+    /// miss to memory cost that hour. The purgatory's share of the CPU figure follows it on a
+    /// shared machine (HISTORY.md, 2026-11-29).
+    pub mem_latency_ns: f64,
     /// `sleeps × wake_cost_us` per million requests: an estimate of the part of the CPU figure
     /// that is the threads' wake-ups rather than work; an upper one, since `wake_cost_us` is a
     /// timer wake-up's and the completer is mostly woken by the running generator, which costs
@@ -826,6 +831,10 @@ fn millis(ms: f64) -> Duration {
     Duration::from_secs_f64(ms / 1000.0)
 }
 
+/// The ring [`Report::mem_latency_ns`] is measured on: past the last-level cache share of a
+/// small machine, small enough to build in a tenth of a second.
+const MEM_LATENCY_RING: usize = 32 << 20;
+
 /// Runs W4 once with `args`.
 pub fn run_once(args: &Args) -> Report {
     run_once_with(args, &READY_FLAGS)
@@ -923,6 +932,8 @@ fn run_once_with(args: &Args, flags: &FlagPool) -> Report {
     // What a thread's sleep and wake-up costs here, measured before the clock starts (so not in
     // the run's CPU): the report splits the CPU figure into wake-ups and work with it.
     let (wake_cost_ns, _) = crate::measure::wake_cost(Duration::from_millis(1), 200);
+    // And what a load from memory costs (its ring freed before the peak RSS is reset).
+    let mem_latency_ns = crate::measure::load_latency(MEM_LATENCY_RING, 1_000_000);
     // This run's own peak, not an earlier run's in the same process (`--baseline`, the probes
     // of `--find-max-rate`).
     reset_peak_rss();
@@ -1251,6 +1262,7 @@ fn run_once_with(args: &Args, flags: &FlagPool) -> Report {
         cpu_s_per_million: cpu as f64 / 1e9 / n as f64 * 1e6,
         sleeps_per_s: sleeps as f64 / secs,
         wake_cost_us: wake_cost_ns / 1e3,
+        mem_latency_ns,
         wakeups_s_per_million: sleeps as f64 * wake_cost_ns / 1e9 / n as f64 * 1e6,
         threads,
         peak_rss,
@@ -1481,6 +1493,10 @@ fn table(args: &Args, r: &Report) -> String {
             ),
         ),
         (
+            "  a load from memory (32 MiB ring)",
+            format!("{:.1} ns, measured before the run", r.mem_latency_ns),
+        ),
+        (
             "  by thread: CPU s/M (sleeps/s)",
             r.threads
                 .iter()
@@ -1648,6 +1664,7 @@ fn to_json(args: &Args, r: &Report) -> String {
     field("cpu_s_per_million", format!("{:.3}", r.cpu_s_per_million));
     field("sleeps_per_s", format!("{:.1}", r.sleeps_per_s));
     field("wake_cost_us", format!("{:.2}", r.wake_cost_us));
+    field("mem_latency_ns", format!("{:.1}", r.mem_latency_ns));
     field(
         "wakeups_s_per_million",
         format!("{:.3}", r.wakeups_s_per_million),
@@ -2115,6 +2132,10 @@ mod tests {
             // never zero), and the three threads, each with some CPU and some sleeps.
             assert!(
                 r.wake_cost_us > 0.0 && r.wakeups_s_per_million > 0.0,
+                "{r:?}"
+            );
+            assert!(
+                r.mem_latency_ns.is_finite() && r.mem_latency_ns > 0.0,
                 "{r:?}"
             );
             // The purgatory's timer has a reaper grace (W4's default 2 ms): the generator, which
