@@ -346,23 +346,22 @@ public final class W4Driver {
 
     /** A request the completer waits for, due at a whole millisecond of the run's clock. */
     static final class Scheduled implements Delayed {
+        /** The due time on System.nanoTime()'s scale: the run's start plus a whole ms. */
         final long dueNs;
         final int id;
         final FakeOperation op; // kafka model
         final boolean expires; // harness only: log as an expiry
-        final long startNs; // the run's clock: System.nanoTime() at its start
 
-        Scheduled(long dueNs, int id, FakeOperation op, boolean expires, long startNs) {
+        Scheduled(long dueNs, int id, FakeOperation op, boolean expires) {
             this.dueNs = dueNs;
             this.id = id;
             this.op = op;
             this.expires = expires;
-            this.startNs = startNs;
         }
 
         @Override
         public long getDelay(TimeUnit unit) {
-            return unit.convert(dueNs - (System.nanoTime() - startNs), TimeUnit.NANOSECONDS);
+            return unit.convert(dueNs - System.nanoTime(), TimeUnit.NANOSECONDS);
         }
 
         @Override
@@ -474,13 +473,13 @@ public final class W4Driver {
             long lat = latencyNs[i];
             if (purgatory == null) {
                 boolean expires = lat >= timeoutNs;
-                queue.offer(new Scheduled(ceilMs(issue + (expires ? timeoutNs : lat)), i, null, expires, start));
+                queue.offer(new Scheduled(start + ceilMs(issue + (expires ? timeoutNs : lat)), i, null, expires));
                 return;
             }
             FakeOperation op = new FakeOperation(timeoutMs, i, run);
             boolean completedNow = purgatory.tryCompleteElseWatch(op, keysOf(i));
             if (lat < timeoutNs && !completedNow) {
-                queue.offer(new Scheduled(ceilMs(issue + lat), i, watch ? null : op, false, start));
+                queue.offer(new Scheduled(start + ceilMs(issue + lat), i, watch ? null : op, false));
             }
         }
 
