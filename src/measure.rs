@@ -636,11 +636,6 @@ mod tests {
         assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
     }
-}
-
-#[cfg(test)]
-mod latency_tests {
-    use super::*;
 
     /// The latency figure is only a load's if the ring is one cycle through every line: a
     /// shorter cycle would stay in a smaller (faster) part of the buffer.
