@@ -34,7 +34,6 @@
 //! ```
 
 use std::fmt;
-use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 
 use system_timer::{SystemTimer, TimerKey};
 
@@ -538,21 +537,17 @@ impl Purger {
         if this.scheduled.swap(true, Ordering::AcqRel) {
             return;
         }
-        let purger = Arc::clone(this);
-        let task = system_timer::Task::new(move || {
-            purger.run_scheduled();
-        });
-        // A panic of the timer's clock must not leave the flag set with no task behind it: no
-        // purge would ever be scheduled again.
-        let added = catch_unwind(AssertUnwindSafe(|| {
-            timer.add(std::time::Duration::ZERO, task)
-        }));
-        let added = added.unwrap_or_else(|panic| {
-            this.scheduled.store(false, Ordering::Release);
-            resume_unwind(panic)
-        });
-        match added {
-            Ok(_) => {}
+        // The flag is cleared by the task when it runs, or by its drop when it never will (the
+        // timer refused it, a panic of the timer's clock unwound through `add`, or the timer's
+        // owner shut it down with the task still queued and dropped what it handed back): a
+        // flag left set with no task behind it would stop every later purge.
+        let task = ScheduledPurge {
+            purger: Arc::clone(this),
+            armed: true,
+        };
+        let task = system_timer::Task::new(move || task.run());
+        let added = timer.add(std::time::Duration::ZERO, task);
+        if let Err(refused) = added {
             // Refused: purge here rather than skip a whole interval (the count that made this
             // purge due is already reset). Under an op lock at most, the order the watches take
             // (op lock, then shard locks). A shared timer at its cap of pending tasks; or a shut
@@ -560,12 +555,37 @@ impl Purger {
             // nothing, but a shared timer its owner shut down first (a misuse, see
             // `Builder::timer`) refuses every new operation after it was watched, and each
             // leaves an empty cell per key: with no purge, a caller that goes on offering
-            // operations would grow the lists without bound.
-            Err(
-                system_timer::ScheduleError::Full(_) | system_timer::ScheduleError::Shutdown(_),
-            ) => {
-                this.run_scheduled();
-            }
+            // operations would grow the lists without bound. The refused task's drop clears
+            // the flag first.
+            drop(refused);
+            this.run();
+        }
+    }
+}
+
+/// The purge task's state: clears [`Purger::scheduled`] if dropped without having run.
+///
+/// A second purge scheduled between a hand-driven advance's run of this one and this task's
+/// drop may see the flag cleared under it; the worst that does is one more sweep than needed
+/// (each task runs at most one sweep, and only with the flag set).
+struct ScheduledPurge {
+    purger: Arc<Purger>,
+    armed: bool,
+}
+
+impl ScheduledPurge {
+    fn run(mut self) {
+        // Disarmed before the sweep: the flag is the sweep's to clear, and a panic in it (a
+        // key's `Drop`) must not clear a flag that a newer purge has set since.
+        self.armed = false;
+        self.purger.run_scheduled();
+    }
+}
+
+impl Drop for ScheduledPurge {
+    fn drop(&mut self) {
+        if self.armed {
+            self.purger.scheduled.store(false, Ordering::Release);
         }
     }
 }

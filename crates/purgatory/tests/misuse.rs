@@ -474,6 +474,23 @@ fn shutdown_from_on_complete_while_the_expiry_waits_for_the_lock_does_not_deadlo
     }
 }
 
+/// A purgatory on a timer it shares (driven by hand, inline, on a manual clock), purging every
+/// ten completions; and the timer.
+fn on_a_shared_timer() -> (Arc<system_timer::SystemTimer>, Purgatory<&'static str, Op>) {
+    let timer = Arc::new(
+        system_timer::SystemTimer::builder()
+            .clock(ManualClock::new(0))
+            .inline()
+            .reaper(false)
+            .build(),
+    );
+    let p = Purgatory::builder()
+        .timer(Arc::clone(&timer))
+        .purge_interval(10)
+        .build();
+    (timer, p)
+}
+
 /// A purgatory on a shared timer that its owner shut down first (a documented misuse): every
 /// new operation is refused (`Shutdown`) after it was watched, and leaves an empty cell in each
 /// of its keys' lists. Before, the purge those cells made due could not be scheduled on the shut
@@ -481,18 +498,7 @@ fn shutdown_from_on_complete_while_the_expiry_waits_for_the_lock_does_not_deadlo
 /// bound; the purge now runs on the calling thread instead.
 #[test]
 fn refused_operations_on_a_shut_timer_are_still_purged() {
-    let clock = ManualClock::new(0);
-    let timer = Arc::new(
-        system_timer::SystemTimer::builder()
-            .clock(clock.clone())
-            .inline()
-            .reaper(false)
-            .build(),
-    );
-    let p: Purgatory<&'static str, Op> = Purgatory::builder()
-        .timer(Arc::clone(&timer))
-        .purge_interval(10)
-        .build();
+    let (timer, p) = on_a_shared_timer();
     assert!(timer.shutdown().is_empty());
     // The purgatory's own flag is its own shutdown's; the timer's tells this case (as documented).
     assert!(!p.is_shutdown() && p.timer().is_shutdown());
@@ -517,6 +523,47 @@ fn refused_operations_on_a_shut_timer_are_still_purged() {
         s.watched
     );
     // Every operation was refused and handed back at once: none was left to shut down.
+    assert!(p.shutdown().is_empty());
+}
+
+/// The same misuse with a purge already queued on the shared timer when its owner shuts it down:
+/// the shutdown hands the purge's task back and the owner drops it unrun. Before, the purgatory
+/// still took its purge for scheduled, never scheduled another, and so never reached the inline
+/// purge above: the lists grew by three empty cells per refused operation without bound.
+#[test]
+fn a_purge_queued_when_a_shared_timer_shuts_down_does_not_stop_later_purges() {
+    let (timer, p) = on_a_shared_timer();
+    let never = || Op {
+        ready: false,
+        shut_down: None,
+    };
+    // Ten forced completions make a purge due: its task waits in the timer for an advance.
+    for _ in 0..10 {
+        let watched = p
+            .try_complete_else_watch(never(), Duration::from_secs(30), &["a"])
+            .unwrap_or_else(|_| panic!("refused"));
+        assert!(watched.handle.force_complete());
+    }
+    assert_eq!(p.stats().purges, 0, "the purge waits in the timer");
+    let handed_back = timer.shutdown();
+    assert!(!handed_back.is_empty(), "the purge's task is handed back");
+    drop(handed_back);
+    for _ in 0..1_000 {
+        match p.try_complete_else_watch(never(), Duration::from_millis(5), &["a", "b", "c"]) {
+            Err(purgatory::WatchError::Shutdown(_)) => {}
+            Ok(_) => panic!("accepted on a shut timer"),
+            Err(_) => panic!("refused, but not as Shutdown"),
+        }
+    }
+    let s = p.stats();
+    assert_eq!(s.handed_back, 1_000);
+    assert!(s.purges > 0, "no purge ran: {s:?}");
+    // The ten completed cells and at most an interval's worth of refused ones (3 keys each).
+    assert!(
+        s.watched <= 10 + 3 * 10,
+        "{} entries left in watch lists",
+        s.watched
+    );
     assert!(p.shutdown().is_empty());
 }
 
