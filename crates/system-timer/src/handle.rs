@@ -1,6 +1,7 @@
 //! [`TimerHandle`]: cancel a scheduled task, or ask what became of it.
 
 use std::fmt;
+use std::num::NonZeroU32;
 use std::time::Duration;
 
 use timing_wheel::{EntryHandle, WheelKey};
@@ -148,7 +149,7 @@ impl<T> fmt::Debug for TimerHandle<T> {
 }
 
 /// The key of a scheduled task, from [`SystemTimer::add_keyed`](crate::SystemTimer::add_keyed):
-/// the cheap alternative to a [`TimerHandle`]. `Copy`, 16 bytes, no reference count and nothing
+/// the cheap alternative to a [`TimerHandle`]. `Copy`, 20 bytes, no reference count and nothing
 /// to drop; cancel it with [`SystemTimer::cancel`](crate::SystemTimer::cancel) (O(1), from any
 /// thread, `true` when that call won and the task will never run).
 ///
@@ -158,5 +159,79 @@ impl<T> fmt::Debug for TimerHandle<T> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TimerKey {
     pub(crate) key: WheelKey,
-    pub(crate) timer: u32,
+    pub(crate) timer: TimerId,
+}
+
+/// A timer's id, unique in the process: a 64-bit count from 1, which a process cannot exhaust (a
+/// build a nanosecond would take 584 years). It tells a timer's keys from another timer's, and
+/// its threads (and the threads running its tasks inline) from others. Before, a 32-bit count
+/// wrapped after 2³² builds: the timer that then got id 0 ("no timer") took every thread for
+/// its own (its `shutdown` handed back nothing), and keys of timers 2³² builds apart matched
+/// each other.
+///
+/// Two halves, so that a [`TimerKey`] stays 4-aligned (20 bytes, not 24), and the low one never
+/// 0 (counts whose low half is 0 are skipped), so that an `Option<TimerKey>` (in every
+/// purgatory operation's cell) is no larger.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct TimerId {
+    low: NonZeroU32,
+    high: u32,
+}
+
+/// The next [`TimerId`]'s count. A plain std atomic: an id source, not a synchronisation point
+/// loom needs to see.
+pub(crate) static NEXT_TIMER_ID: std::sync::atomic::AtomicU64 =
+    std::sync::atomic::AtomicU64::new(1);
+
+impl TimerId {
+    /// A new id, never handed out before in this process.
+    pub(crate) fn next() -> TimerId {
+        loop {
+            let count = NEXT_TIMER_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if let Some(id) = TimerId::from_u64(count) {
+                return id;
+            }
+        }
+    }
+
+    /// The id of `count`, unless its low half is 0.
+    fn from_u64(count: u64) -> Option<TimerId> {
+        Some(TimerId {
+            low: NonZeroU32::new(count as u32)?,
+            high: (count >> 32) as u32,
+        })
+    }
+
+    fn get(self) -> u64 {
+        u64::from(self.low.get()) | (u64::from(self.high) << 32)
+    }
+}
+
+impl fmt::Debug for TimerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.get())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timer_ids_keep_all_64_bits_and_keys_stay_20_bytes() {
+        for count in [1, u64::from(u32::MAX), (1 << 32) + 1, u64::MAX] {
+            assert_eq!(TimerId::from_u64(count).map(TimerId::get), Some(count));
+        }
+        // The counts a 32-bit id would have wrapped to 0 are skipped.
+        assert_eq!(TimerId::from_u64(0), None);
+        assert_eq!(TimerId::from_u64(1 << 32), None);
+        // Ids a 32-bit count would have confused: 1 and 2³² + 1.
+        assert_ne!(TimerId::from_u64((1 << 32) + 1), TimerId::from_u64(1));
+        assert_eq!(
+            format!("{:?}", TimerId::from_u64((1 << 32) + 1).unwrap()),
+            "4294967297"
+        );
+        assert_eq!(std::mem::size_of::<TimerKey>(), 20);
+        assert_eq!(std::mem::size_of::<Option<TimerKey>>(), 20);
+    }
 }

@@ -33,6 +33,7 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, TryRecvError};
 
 use crate::clock::Clock;
+use crate::handle::TimerId;
 use crate::sync::atomic::Ordering;
 use crate::sync::thread::{spawn_named, JoinHandle};
 #[cfg(not(loom))]
@@ -209,22 +210,24 @@ where
 }
 
 thread_local! {
-    /// The id of the timer whose reaper or executor this thread is (0: none; ids start at 1).
-    static TIMER_THREAD: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    /// The id of the timer whose reaper or executor this thread is, if any.
+    static TIMER_THREAD: std::cell::Cell<Option<TimerId>> = const { std::cell::Cell::new(None) };
 }
 
 /// True if the calling thread is the reaper or an executor of timer `id`: a task of the timer
 /// may be running here.
-pub(crate) fn on_timer_thread(id: u32) -> bool {
-    TIMER_THREAD.try_with(|t| t.get() == id).unwrap_or(false)
+pub(crate) fn on_timer_thread(id: TimerId) -> bool {
+    TIMER_THREAD
+        .try_with(|t| t.get() == Some(id))
+        .unwrap_or(false)
 }
 
 /// Marks the calling thread as a thread of timer `id` (first thing in the reaper and executors).
-fn mark_timer_thread(id: u32) {
+fn mark_timer_thread(id: TimerId) {
     // Not under loom: there every model thread is on one OS thread, whose std thread-locals
     // they all share (and nothing under loom asks `on_timer_thread`).
     #[cfg(not(loom))]
-    let _ = TIMER_THREAD.try_with(|t| t.set(id));
+    let _ = TIMER_THREAD.try_with(|t| t.set(Some(id)));
     #[cfg(loom)]
     let _ = id;
 }
@@ -255,7 +258,7 @@ impl Finished {
 thread_local! {
     /// Ids of the timers whose tasks this thread is running inline, from an advance that raised
     /// the timer's `running` (innermost last; a task may advance another timer).
-    static RUNS_INLINE: std::cell::RefCell<Vec<u32>> = const { std::cell::RefCell::new(Vec::new()) };
+    static RUNS_INLINE: std::cell::RefCell<Vec<TimerId>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// While alive, marks the calling thread as running tasks of timer `id` inline (any thread that
@@ -265,12 +268,12 @@ thread_local! {
 pub(crate) struct RunsInline(bool);
 
 impl RunsInline {
-    pub(crate) fn enter(id: u32) -> Self {
+    pub(crate) fn enter(id: TimerId) -> Self {
         RunsInline(RUNS_INLINE.try_with(|r| r.borrow_mut().push(id)).is_ok())
     }
 
     /// True if the calling thread runs tasks of timer `id` inline (a task of it runs here).
-    pub(crate) fn here(id: u32) -> bool {
+    pub(crate) fn here(id: TimerId) -> bool {
         RUNS_INLINE
             .try_with(|r| r.borrow().contains(&id))
             .unwrap_or(false)

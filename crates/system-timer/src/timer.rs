@@ -90,7 +90,7 @@ pub(crate) struct Cap {
 pub(crate) struct Inner<T> {
     pub(crate) wheel: ConcurrentWheel<T>,
     /// This timer's id, carried by its [`TimerKey`]s.
-    pub(crate) id: u32,
+    pub(crate) id: crate::handle::TimerId,
     pub(crate) clock: TimerClock,
     pub(crate) tick_ns: u64,
     /// How long past a due bucket the reaper's own timer waits for an add to wake it (0: no
@@ -444,11 +444,9 @@ impl<T: TimerTask> Builder<T> {
             let (tx, rx) = crossbeam_channel::unbounded();
             (Dispatch::Executor(tx), Some(rx))
         };
-        // A plain std atomic: an id source, not a synchronisation point loom needs to see.
-        static NEXT_ID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
         let inner = Arc::new(Inner {
             wheel,
-            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            id: crate::handle::TimerId::next(),
             clock,
             tick_ns,
             grace_ns: crate::clock::duration_ns(self.reaper_grace),
@@ -1703,6 +1701,34 @@ pub(crate) mod tests {
         assert_eq!(threads(), "Threads { reaper: true, executors: 2 }");
         assert!(timer.shutdown().is_empty());
         assert_eq!(threads(), "Threads { reaper: false, executors: 0 }");
+    }
+
+    /// Timers built after 2³² − 1 others: before, their 32-bit id wrapped to 0 ("no timer"), the
+    /// timer then took every thread for one of its own, and its `shutdown` handed back nothing
+    /// (it dropped the tasks on a thread of its own, as if called from a task); and its keys
+    /// matched those of the timer with id 1 (built first, alive here).
+    #[test]
+    fn timers_past_two_to_the_32_builds_keep_distinct_ids_and_hand_back_their_tasks() {
+        let clock = ManualClock::new(0);
+        let first = inline_manual(&clock);
+        let first_key = first.add_keyed(Duration::from_secs(60), || ()).unwrap();
+        // Jump the process's count (never backwards: other tests build timers meanwhile).
+        crate::handle::NEXT_TIMER_ID
+            .fetch_max(u64::from(u32::MAX), std::sync::atomic::Ordering::Relaxed);
+        let late: Vec<_> = (0..3).map(|_| inline_manual(&clock)).collect();
+        let mut ids: Vec<_> = late.iter().map(|t| t.inner.id).collect();
+        ids.push(first.inner.id);
+        ids.sort_unstable_by_key(|id| format!("{id:?}"));
+        ids.dedup();
+        assert_eq!(ids.len(), 4, "distinct ids");
+        for timer in &late {
+            let key = timer.add_keyed(Duration::from_secs(60), || ()).unwrap();
+            // A key of the first timer (same entry position in a fresh wheel) is not this one's.
+            assert!(!timer.cancel(first_key));
+            assert!(timer.is_pending(key));
+            assert_eq!(timer.shutdown().len(), 1, "the pending task is handed back");
+        }
+        assert_eq!(first.shutdown().len(), 1);
     }
 
     /// A task that advances the same timer (the nested advance finds the vector taken and uses
