@@ -759,20 +759,25 @@ impl<T> Drop for ConcurrentWheel<T> {
     /// first, so that handle does not keep every other pending value of its shard in memory
     /// (nor, when a value holds a handle of its own shard, leak the shard in a cycle). Its
     /// entries then report handed back. The values are dropped after the shard's lock is
-    /// released, so a value's `Drop` may use handles of the same wheel.
+    /// released, so a value's `Drop` may use handles of the same wheel; and after every such
+    /// shard is closed, each drop on its own, so that one that panics costs no other value its
+    /// drop (the first panic is raised once all are done). Before, a panicking drop in one
+    /// shard left the later shards unclosed: their values leaked with a handle's cycle.
     fn drop(&mut self) {
+        let mut values = Vec::new();
         for cell in self.shards.iter_mut() {
             if Arc::get_mut(cell).is_some() {
                 continue;
             }
-            let mut values = Vec::new();
-            {
-                let mut shard = cell.shard.lock();
-                shard.close(&mut |_, _, value| values.push(value));
-                cell.len.store(0, Ordering::Relaxed);
-            }
-            drop(values);
+            let mut shard = cell.shard.lock();
+            shard.close(&mut |_, _, value| values.push(value));
+            cell.len.store(0, Ordering::Relaxed);
         }
+        let mut panic = crate::unwind::Deferred::default();
+        for value in values {
+            panic.call(&mut drop, value);
+        }
+        panic.resume();
     }
 }
 

@@ -150,3 +150,50 @@ fn a_panicking_value_drop_while_the_wheel_is_dropped_drops_every_other_value() {
     assert!(r.is_err(), "the value's panic reaches the caller");
     assert_eq!(drops.load(std::sync::atomic::Ordering::SeqCst), 5);
 }
+
+/// The concurrent wheel with handles alive (each such shard closed by the wheel's drop, not
+/// dropped with it): values whose drops panic, in two shards, cost no other value its drop, and
+/// a value that holds its own handle in a later shard is not leaked. Before, the first panic
+/// left the later shards unclosed: the self-holding value leaked with its shard.
+#[test]
+fn panicking_value_drops_in_shards_kept_by_handles_leak_no_other_shard() {
+    use std::sync::{Arc, OnceLock};
+    use timing_wheel::EntryHandle;
+    struct SelfAware {
+        _value: Dropped,
+        _me: Arc<OnceLock<EntryHandle<SelfAware>>>,
+    }
+    let drops = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let w = ConcurrentWheel::with_shards(1, 20, 0, 3).unwrap();
+    let mut kept = Vec::new();
+    // Shards 0 and 1: a value whose drop panics, its handle kept by the caller.
+    for shard in 0..2 {
+        let value = SelfAware {
+            _value: Dropped {
+                panics: true,
+                drops: drops.clone(),
+            },
+            _me: Arc::new(OnceLock::new()),
+        };
+        kept.push(w.add_on_shard(shard, 10, value).unwrap().handle);
+    }
+    // Shard 2: a value that holds its own handle (only it keeps the shard alive).
+    let me = Arc::new(OnceLock::new());
+    let value = SelfAware {
+        _value: Dropped {
+            panics: false,
+            drops: drops.clone(),
+        },
+        _me: me.clone(),
+    };
+    assert!(me.set(w.add_on_shard(2, 10, value).unwrap().handle).is_ok());
+    drop(me);
+    let r = catch_unwind(AssertUnwindSafe(move || drop(w)));
+    assert!(r.is_err(), "the first panic reaches the caller");
+    assert_eq!(
+        drops.load(std::sync::atomic::Ordering::SeqCst),
+        3,
+        "every value dropped once"
+    );
+    assert!(kept.iter().all(|h| h.is_handed_back()));
+}
