@@ -167,7 +167,8 @@ pub struct Args {
     pub plot: Option<PathBuf>,
     /// Search for the highest rate sustained (achieved within 2% of the rate its schedule asks
     /// for, the target up to the draws' chance, and checks passing), starting from --rate
-    /// (with fewer than 10,000 requests it warns: the answer is then mostly noise).
+    /// (with fewer than 10,000 requests it warns: the answer is then mostly noise). Each probe
+    /// runs in a new process.
     #[arg(long)]
     pub find_max_rate: bool,
     /// Run the harness alone: the same arrivals, bursts, sleeps, batches, completer wake-ups
@@ -176,11 +177,16 @@ pub struct Args {
     /// every W4 figure (mostly the two threads' wake-ups).
     #[arg(long)]
     pub harness_only: bool,
-    /// After the run, run the harness alone with the same flags (`--harness-only`) and report
-    /// its CPU beside the run's: the difference is the purgatory's own share. Not with
-    /// --harness-only.
+    /// After the run, run the harness alone with the same flags (`--harness-only`), in a new
+    /// process, and report its CPU beside the run's: the difference is the purgatory's own
+    /// share. Not with --harness-only.
     #[arg(long)]
     pub baseline: bool,
+    /// Internal: run once and print the report in a line format of its own (`to_wire`), for a
+    /// parent process that runs its `--baseline` run or its `--find-max-rate` probes each in a
+    /// process of their own (`run_in_child`).
+    #[arg(long, hide = true)]
+    pub child_run: bool,
 }
 
 /// The command line's defaults (W4's default point), for runs built in code: `Args { num: 1000,
@@ -434,6 +440,10 @@ pub fn run(args: &Args) -> ExitCode {
         note!("error: {e}");
         return ExitCode::from(2);
     }
+    if args.child_run {
+        let wire = to_wire(&run_once(args));
+        return exit_status(to_stdout(format_args!("{wire}")));
+    }
     // The plot's file is opened (created if missing, not truncated) before the run: a path that
     // cannot be written was otherwise found out only once the whole run was done.
     if let Some(path) = &args.plot {
@@ -450,7 +460,13 @@ pub fn run(args: &Args) -> ExitCode {
     if args.find_max_rate {
         return find_max_rate(args);
     }
-    let report = run_with_baseline(args);
+    let report = match run_with_baseline(args, run_in_child) {
+        Ok(report) => report,
+        Err(e) => {
+            note!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     // Exit status: correctness and the counts, as far as a slow or loaded machine cannot fake
     // them (see `correct`); a failed check wins over a report or plot that cannot be written
     // (`exit_status`). Whether the rate was sustained (at least the expected expiries, and no
@@ -496,16 +512,217 @@ fn correct(r: &Report) -> bool {
         && r.expired >= r.expected_expired
 }
 
-/// Runs W4 once, then (`--baseline`) the harness alone with the same flags.
-fn run_with_baseline(args: &Args) -> Report {
+/// Runs W4 once, then (`--baseline`) the harness alone with the same flags, by `baseline`
+/// (the command line's: [`run_in_child`]).
+fn run_with_baseline(
+    args: &Args,
+    baseline: impl FnOnce(&Args) -> Result<Report, String>,
+) -> Result<Report, String> {
     let mut report = run_once(args);
     if args.baseline && !args.harness_only {
         if args.progress > 0.0 {
-            note!("baseline: the harness alone (--harness-only), same flags");
+            note!("baseline: the harness alone (--harness-only), same flags, in a new process");
         }
-        report.baseline = Some(Box::new(run_once(&harness_alone(args))));
+        report.baseline = Some(Box::new(baseline(&harness_alone(args))?));
     }
-    report
+    Ok(report)
+}
+
+/// Runs W4 once with `args` in a new process of this program (`--child-run`) and returns its
+/// report. A run after another in the same process would find the memory the allocator kept
+/// from the first: its RSS growth, "bytes per pending request", came out at a few bytes (8 for
+/// the harness alone at 100,000 requests, against about 370 in a process of its own), its peak
+/// RSS counted the earlier run's, and its page faults were skipped. So `--baseline`'s run and
+/// each `--find-max-rate` probe run in a process of their own.
+fn run_in_child(args: &Args) -> Result<Report, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("this program's path: {e}"))?;
+    let out = std::process::Command::new(exe)
+        .args(child_argv(args))
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot start a run in a new process: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("the run in a new process failed ({})", out.status));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    from_wire(&text).ok_or_else(|| format!("the run in a new process printed no report: {text:?}"))
+}
+
+/// The command line that runs W4 with `args` once and prints its report in the wire format
+/// (`--child-run`): every flag given explicitly, none that starts another run.
+fn child_argv(a: &Args) -> Vec<String> {
+    fn value(v: &impl clap::ValueEnum) -> String {
+        let v = v.to_possible_value().expect("no skipped values");
+        v.get_name().to_string()
+    }
+    let mut argv: Vec<String> = [
+        ("w4", String::new()),
+        ("--num", a.num.to_string()),
+        ("--rate", format!("{:?}", a.rate)),
+        ("--pct50", format!("{:?}", a.pct50)),
+        ("--pct75", format!("{:?}", a.pct75)),
+        ("--timeout", a.timeout.to_string()),
+        ("--keys", a.keys.to_string()),
+        ("--key-space", a.key_space.to_string()),
+        ("--model", value(&a.model)),
+        ("--tick-ms", format!("{:?}", a.tick_ms)),
+        ("--wheel-size", a.wheel_size.to_string()),
+        ("--reaper-grace-ms", format!("{:?}", a.reaper_grace_ms)),
+        ("--purge-interval", a.purge_interval.to_string()),
+        ("--executors", a.executors.to_string()),
+        ("--seed", a.seed.to_string()),
+        ("--completer-tick-us", a.completer_tick_us.to_string()),
+        ("--ready-hint", a.ready_hint.to_string()),
+        ("--completer-wake", value(&a.completer_wake)),
+        ("--progress", "0".to_string()),
+    ]
+    .into_iter()
+    .flat_map(|(flag, v)| [flag.to_string(), v])
+    .filter(|s| !s.is_empty())
+    .collect();
+    if a.harness_only {
+        argv.push("--harness-only".into());
+    }
+    argv.push("--child-run".into());
+    argv
+}
+
+/// A value of a [`Report`]'s field in the wire format: one line's text, `f64`s in full
+/// precision (`{:?}`), so that a report comes back from a child process exactly.
+trait Wire: Sized {
+    fn put(&self) -> String;
+    fn take(s: &str) -> Option<Self>;
+}
+
+macro_rules! wire_by_parse {
+    ($($t:ty),*) => {$(
+        impl Wire for $t {
+            fn put(&self) -> String {
+                format!("{self:?}")
+            }
+            fn take(s: &str) -> Option<Self> {
+                s.parse().ok()
+            }
+        }
+    )*};
+}
+wire_by_parse!(usize, u64, f64, bool);
+
+impl Wire for Option<f64> {
+    fn put(&self) -> String {
+        self.map_or("-".into(), |v| format!("{v:?}"))
+    }
+    fn take(s: &str) -> Option<Self> {
+        match s {
+            "-" => Some(None),
+            s => s.parse().ok().map(Some),
+        }
+    }
+}
+
+impl Wire for String {
+    fn put(&self) -> String {
+        self.clone()
+    }
+    fn take(s: &str) -> Option<Self> {
+        Some(s.to_string())
+    }
+}
+
+/// Applies `$m` to the names of [`Report`]'s one-line fields (all but the threads, the delay
+/// percentiles, the baseline and the plot's series).
+macro_rules! report_scalars {
+    ($m:ident) => {
+        $m!(
+            model,
+            num,
+            target_rate,
+            achieved_rate,
+            elapsed_s,
+            cpu_s_per_million,
+            sleeps_per_s,
+            wake_cost_us,
+            mem_latency_ns,
+            wakeups_s_per_million,
+            peak_rss,
+            bytes_per_pending,
+            peak_pending,
+            completed_early,
+            expired,
+            expected_expired,
+            boundary,
+            exactly_once,
+            not_exactly_once,
+            wrong_outcome,
+            completer_lag_p99_ms,
+            purges,
+            reaper_wakeups_per_s,
+            caller_advances_per_s,
+            sustained
+        )
+    };
+}
+
+/// A report as `name value` lines (`--child-run`'s output); [`from_wire`] reads it back. The
+/// plot's series stay behind (a child's run is never plotted).
+fn to_wire(r: &Report) -> String {
+    let mut s = String::new();
+    macro_rules! put {
+        ($($f:ident),*) => {$(
+            let _ = writeln!(s, "{} {}", stringify!($f), Wire::put(&r.$f));
+        )*};
+    }
+    report_scalars!(put);
+    let delays: Vec<String> = r.delay_ms.iter().map(Wire::put).collect();
+    let _ = writeln!(s, "delay_ms {}", delays.join(" "));
+    for t in &r.threads {
+        let _ = writeln!(
+            s,
+            "thread {} {:?} {:?}",
+            t.name, t.cpu_s_per_million, t.sleeps_per_s
+        );
+    }
+    s
+}
+
+/// The report [`to_wire`] wrote; `None` if a field is missing, unknown or unreadable.
+fn from_wire(text: &str) -> Option<Report> {
+    let mut r = Report::default();
+    let mut seen = std::collections::HashSet::new();
+    for line in text.lines() {
+        let (name, v) = line.split_once(' ')?;
+        macro_rules! take {
+            ($($f:ident),*) => {
+                match name {
+                    $(stringify!($f) => r.$f = Wire::take(v)?,)*
+                    "delay_ms" => {
+                        let d: Vec<f64> = v.split(' ').map(f64::take).collect::<Option<_>>()?;
+                        r.delay_ms = d.try_into().ok()?;
+                    }
+                    "thread" => {
+                        let mut f = v.split(' ');
+                        let given = f.next()?;
+                        let name = ["generator", "completer", "timer"]
+                            .into_iter()
+                            .find(|&n| n == given)?;
+                        r.threads.push(ThreadRow {
+                            name,
+                            cpu_s_per_million: f64::take(f.next()?)?,
+                            sleeps_per_s: f64::take(f.next()?)?,
+                        });
+                        continue;
+                    }
+                    _ => return None,
+                }
+            };
+        }
+        report_scalars!(take);
+        seen.insert(name);
+    }
+    macro_rules! count {
+        ($($f:ident),*) => { [$(stringify!($f)),*].len() };
+    }
+    (seen.len() == report_scalars!(count) + 1).then_some(r)
 }
 
 /// The flags of the harness-alone run that `--baseline` adds after a run with `args`.
@@ -1797,20 +2014,34 @@ fn search_max_rate<R>(start: f64, mut probe: impl FnMut(f64) -> Option<R>) -> Se
 }
 
 fn find_max_rate(args: &Args) -> ExitCode {
-    find_max_rate_with(args, run_once)
+    find_max_rate_with(args, run_in_child)
 }
 
 /// [`find_max_rate`], each probe run by `run_once`.
-fn find_max_rate_with(args: &Args, mut run_once: impl FnMut(&Args) -> Report) -> ExitCode {
-    // A probe that breaks correctness (not merely the rate) fails the whole search.
+fn find_max_rate_with(
+    args: &Args,
+    mut run_once: impl FnMut(&Args) -> Result<Report, String>,
+) -> ExitCode {
+    // A probe that breaks correctness (not merely the rate) fails the whole search; one that
+    // could not run (its process) fails it too, and the probes after it are not run.
     let broken = std::cell::Cell::new(0usize);
-    let mut probe = |rate: f64| -> Report {
+    let failed = std::cell::RefCell::new(None::<String>);
+    let mut probe = |rate: f64| -> Option<Report> {
+        if failed.borrow().is_some() {
+            return None;
+        }
         let a = Args {
             rate,
             progress: 0.0,
             ..args.clone()
         };
-        let r = run_once(&a);
+        let r = match run_once(&a) {
+            Ok(r) => r,
+            Err(e) => {
+                *failed.borrow_mut() = Some(format!("rate {rate:.0}: {e}"));
+                return None;
+            }
+        };
         if !correct(&r) {
             broken.set(broken.get() + 1);
         }
@@ -1825,7 +2056,7 @@ fn find_max_rate_with(args: &Args, mut run_once: impl FnMut(&Args) -> Report) ->
             r.exactly_once,
             if r.sustained { "sustained" } else { "NOT sustained" }
         );
-        r
+        Some(r)
     };
     if args.num < FIND_MAX_RATE_MIN_NUM {
         note!(
@@ -1843,11 +2074,11 @@ fn find_max_rate_with(args: &Args, mut run_once: impl FnMut(&Args) -> Report) ->
     )) {
         return exit_status(true);
     }
-    let Search { good, bad, lowest } = search_max_rate(args.rate, |rate| {
-        let r = probe(rate);
-        r.sustained.then_some(r)
-    });
-    let (verdict, passed) = if broken.get() > 0 {
+    let Search { good, bad, lowest } =
+        search_max_rate(args.rate, |rate| probe(rate).filter(|r| r.sustained));
+    let (verdict, passed) = if let Some(e) = failed.take() {
+        (format!("a probe could not run: {e}: failed"), false)
+    } else if broken.get() > 0 {
         (
             format!(
                 "{} probe(s) broke exactly-once, an outcome or the counts: failed",
@@ -2061,7 +2292,7 @@ mod tests {
             baseline: true,
             ..small(Model::Watch)
         };
-        let r = run_with_baseline(&b);
+        let r = run_with_baseline(&b, |a| Ok(run_once(a))).unwrap();
         let alone = r.baseline.as_deref().expect("a baseline run");
         assert!(alone.exactly_once && alone.expired == alone.expected_expired);
         assert!(alone.baseline.is_none());
@@ -2484,7 +2715,7 @@ mod tests {
     /// completer) do not. A run without `--baseline` runs no harness-alone run after it.
     #[test]
     fn the_exit_status_checks_the_counts_load_cannot_fake() {
-        let ok = run_with_baseline(&small(Model::Kafka));
+        let ok = run_with_baseline(&small(Model::Kafka), |_| unreachable!()).unwrap();
         assert!(correct(&ok), "a small run passes");
         assert!(ok.baseline.is_none(), "a baseline run without --baseline");
         let mut lost = ok.clone();
@@ -2695,11 +2926,11 @@ mod tests {
             let mut rates = Vec::new();
             let status = find_max_rate_with(&a, |p| {
                 rates.push(p.rate);
-                Report {
+                Ok(Report {
                     sustained: p.rate <= top && p.rate != broken,
                     exactly_once: p.rate != broken,
                     ..passing()
-                }
+                })
             });
             (status, rates)
         };
@@ -2708,6 +2939,134 @@ mod tests {
         assert_eq!(rates[..3], [1_000.0, 2_000.0, 4_000.0]);
         assert_eq!(search(3_000.0, 2_000.0).0, ExitCode::FAILURE);
         assert_eq!(search(0.0, 0.0).0, ExitCode::FAILURE);
+        // A probe that cannot run (its process) fails the search, and no probe runs after it.
+        let mut rates = Vec::new();
+        let status = find_max_rate_with(&a, |p| {
+            rates.push(p.rate);
+            if p.rate > 1_000.0 {
+                return Err("no process".into());
+            }
+            Ok(Report {
+                sustained: true,
+                ..passing()
+            })
+        });
+        assert_eq!(status, ExitCode::FAILURE);
+        assert_eq!(rates, [1_000.0, 2_000.0]);
+    }
+
+    /// A report comes back from a child process (`--child-run`) exactly: every field the
+    /// table, the JSON, the checks and the search read (not the plot's series).
+    #[test]
+    fn a_report_survives_the_wire_exactly() {
+        let r = Report {
+            model: "watch".into(),
+            num: 12_345,
+            target_rate: 100_000.0,
+            achieved_rate: 99_876.123_456_789,
+            elapsed_s: 10.1,
+            cpu_s_per_million: 1.0 / 3.0,
+            sleeps_per_s: 2_000.5,
+            wake_cost_us: 12.25,
+            mem_latency_ns: 160.125,
+            wakeups_s_per_million: 0.1,
+            threads: vec![
+                ThreadRow {
+                    name: "generator",
+                    cpu_s_per_million: 0.7,
+                    sleeps_per_s: 1_000.0,
+                },
+                ThreadRow {
+                    name: "timer",
+                    cpu_s_per_million: 1e-9,
+                    sleeps_per_s: 0.0,
+                },
+            ],
+            peak_rss: 75_000_000,
+            bytes_per_pending: Some(726.5),
+            peak_pending: 6_000,
+            completed_early: 11_000,
+            expired: 1_345,
+            expected_expired: 1_300,
+            boundary: 7,
+            exactly_once: true,
+            not_exactly_once: 0,
+            wrong_outcome: 2,
+            completer_lag_p99_ms: 1.5,
+            delay_ms: [0.5, 1.25, f64::MIN_POSITIVE, 200.0],
+            purges: 212,
+            reaper_wakeups_per_s: 3.5,
+            caller_advances_per_s: 999.0,
+            sustained: false,
+            ..Report::default()
+        };
+        let back = from_wire(&to_wire(&r)).expect("read back");
+        assert_eq!(format!("{back:?}"), format!("{r:?}"));
+        let none = Report {
+            bytes_per_pending: None,
+            ..r.clone()
+        };
+        let back = from_wire(&to_wire(&none)).expect("read back");
+        assert_eq!(back.bytes_per_pending, None);
+        // A missing, unknown or unreadable line is no report.
+        let wire = to_wire(&r);
+        let without_purges: String = wire
+            .lines()
+            .filter(|l| !l.starts_with("purges "))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert!(from_wire(&without_purges).is_none());
+        assert!(from_wire(&format!("{wire}bogus 1\n")).is_none());
+        assert!(from_wire(&wire.replace("num 12345", "num many")).is_none());
+        assert!(from_wire("").is_none());
+    }
+
+    /// The command line of a child run gives back every flag of the run (a field added to
+    /// `Args` without a flag here fails to compile: the struct is spelled out in full), with
+    /// `--child-run` and the progress display off, and nothing that starts another run.
+    #[test]
+    fn a_child_run_gets_every_flag_of_its_run() {
+        use clap::{Args as _, FromArgMatches as _};
+        let a = Args {
+            num: 54_321,
+            rate: 123_456.789,
+            pct50: 21.5,
+            pct75: 61.25,
+            timeout: 250,
+            keys: 4,
+            key_space: 77,
+            model: Model::Watch,
+            tick_ms: 0.5,
+            wheel_size: 32,
+            reaper_grace_ms: 0.25,
+            purge_interval: 500,
+            executors: 2,
+            seed: 7,
+            completer_tick_us: 250,
+            ready_hint: false,
+            completer_wake: CompleterWake::Timer,
+            progress: 3.0,
+            json: true,
+            plot: Some("x.svg".into()),
+            find_max_rate: true,
+            harness_only: true,
+            baseline: true,
+            child_run: false,
+        };
+        let argv = child_argv(&a);
+        let cmd = Args::augment_args(clap::Command::new("kafka-timer").no_binary_name(true));
+        let got = Args::from_arg_matches(&cmd.get_matches_from(&argv[1..])).expect("parses");
+        assert_eq!(argv[0], "w4");
+        let want = Args {
+            progress: 0.0,
+            json: false,
+            plot: None,
+            find_max_rate: false,
+            baseline: false,
+            child_run: true,
+            ..a
+        };
+        assert_eq!(format!("{got:?}"), format!("{want:?}"));
     }
 
     /// `--tick-ms` and `--reaper-grace-ms` are milliseconds, fractions included.
