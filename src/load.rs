@@ -404,7 +404,8 @@ pub struct Report {
     pub wrong_outcome: usize,
     /// How late the completer ran, p99 (ms): its own lag, not the purgatory's.
     pub completer_lag_p99_ms: f64,
-    /// Completion time minus intended completion time (latency, or timeout when expired), ms:
+    /// Completion time minus intended completion time (the request's latency, capped at the
+    /// timeout, whatever completed it), ms:
     /// p50, p99, p99.9, max.
     pub delay_ms: [f64; 4],
     /// Purges run.
@@ -1530,8 +1531,8 @@ struct Tally {
     expired: usize,
     not_exactly_once: usize,
     wrong_outcome: usize,
-    /// Each request's completion time minus its intended one (latency, or timeout if it
-    /// expired), ms, sorted; none for a request never completed.
+    /// Each request's completion time minus its intended one (its latency, capped at the
+    /// timeout), ms, sorted; none for a request never completed.
     delays: Vec<f64>,
 }
 
@@ -1572,12 +1573,10 @@ fn tally(
         }
         let exp = expired_flag[i];
         expired += usize::from(exp);
-        let intended = arrivals[i]
-            + if exp {
-                timeout_ns
-            } else {
-                latency_ns[i].min(timeout_ns)
-            };
+        // Its own latency, whatever completed it: a request that expired only because the
+        // completer was late is late by that much (it was measured from the timeout, which
+        // showed a completer's collapse, most requests expiring, as delays near 0).
+        let intended = arrivals[i] + latency_ns[i].min(timeout_ns);
         delays.push((done_ns[i] as f64 - intended as f64) / 1e6);
     }
     delays.sort_by(f64::total_cmp);
@@ -2158,7 +2157,7 @@ fn draw_plot(svg: &mut String, args: &Args, r: &Report) -> Result<(), Box<dyn st
         let step = (d.len() / 600).max(1);
         let mut chart = ChartBuilder::on(&cdf_area)
             .caption(
-                "completion time minus intended time (latency, or timeout if expired): CDF up to p99.9",
+                "completion time minus intended time (latency, capped at the timeout): CDF up to p99.9",
                 ("sans-serif", 14),
             )
             .margin(8)
@@ -2879,7 +2878,8 @@ mod tests {
     /// The counts and delays come from each request's completion records: completed early,
     /// expired (each by its first record), not exactly once (twice, or never), and wrong
     /// outcomes (of those completed once only: premature, or expired after the completer's call
-    /// had returned); a delay per completed request, from its latency, or its timeout if expired.
+    /// had returned); a delay per completed request, from its latency capped at the timeout,
+    /// however it completed (an expiry of a request under the timeout is late by the difference).
     #[test]
     fn the_tally_counts_each_request_by_its_completion_records() {
         let timeout = 4_000;
@@ -2907,7 +2907,9 @@ mod tests {
             (2, 3, 2, 2),
             "{t:?}"
         );
-        assert_eq!(t.delays, [-1e-4, 0.0, 0.0, 0.0, 5e-5, 1e-4]);
+        // 4 (premature), 1 and 2 (on time), 0, 5 (150 ns after its latency of 3,900), 6 (a
+        // latency of 1,000, expired 3,000 later: measured from the timeout, it was 0).
+        assert_eq!(t.delays, [-1e-4, 0.0, 0.0, 1e-4, 1.5e-4, 3e-3]);
     }
 
     /// `--find-max-rate` probes the rates its search picks, and its exit status is a failure
