@@ -231,8 +231,15 @@ public final class W4Driver {
             }
             double meanGapNs = 1e9 / a.rate;
             gapNs = new long[n];
+            // Each arrival is its exact time rounded to the nanosecond, as the Rust harness's
+            // whole_ns_gaps (gaps cut to whole ns made the schedule faster than --rate).
+            double exact = 0.0;
+            long whole = 0;
             for (int i = 0; i < n; i++) {
-                gapNs[i] = (long) (-StrictMath.log(1.0 - rng.nextF64()) * meanGapNs);
+                exact += -StrictMath.log(1.0 - rng.nextF64()) * meanGapNs;
+                long next = Math.round(exact);
+                gapNs[i] = next - whole;
+                whole = next;
             }
             int k = (int) a.keys;
             fixedKeys = new int[k];
