@@ -322,6 +322,9 @@ fn count_not_yet_due(
         .count()
 }
 
+/// How long a new target is left before its run is timed (see [`run_median`]).
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// Runs W1 `runs` times on fresh targets from `make` (warmed up first if `warm`) and returns
 /// the per-field medians.
 pub fn run_median<C: ChurnTarget>(
@@ -336,6 +339,10 @@ pub fn run_median<C: ChurnTarget>(
             if warm {
                 t.warm_up(delays);
             }
+            // The threads a timer starts (its reaper, its executors) start up before the clocks
+            // do: their start-up CPU was counted in the add phase, a fixed cost that at W5's
+            // 10^4 tasks made the timers' add a third dearer than at 10^5.
+            std::thread::sleep(SETTLE);
             let f = run_once(&mut t, delays);
             drop(t);
             f

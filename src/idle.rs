@@ -37,7 +37,8 @@ pub struct Args {
     /// Length of the idle stretch, in seconds (at least 0.001, at most 10^6).
     #[arg(long, default_value_t = 10.0)]
     pub seconds: f64,
-    /// Delay of the one task (seconds, at most 10^7); it must not fall due during the run.
+    /// Delay of the one task (seconds, at most 10^7); it must not fall due during the run, nor
+    /// must the start of the timer's wheel bucket that holds it (checked: an error).
     #[arg(long, default_value_t = 60)]
     pub delay_s: u64,
     /// Time to settle between the add and the idle stretch (ms, at most an hour).
@@ -256,6 +257,24 @@ pub fn run(args: &Args) -> ExitCode {
             "system-timer" => {
                 let timer = SystemTimer::new();
                 timer.add(delay, || ()).expect("timer running");
+                // The reaper wakes at the start of the wheel bucket that holds the task, which
+                // can be well before its delay (a level's bucket spans tick × wheel size ^
+                // level): one inside the stretch is a wake-up W3 would report as a failure.
+                let busy = Duration::from_millis(a.settle_ms) + Duration::from_secs_f64(a.seconds);
+                let wakes_in = timer
+                    .next_expiration()
+                    .map(|x| x.saturating_sub(timer.now()));
+                if let Some(w) = wakes_in.filter(|&w| w <= busy) {
+                    note!(
+                        "error: --delay-s {}: the timer's bucket holding the task starts in {:.1} s, \
+                         within the settle time and idle stretch ({:.1} s): its reaper will wake \
+                         then; use a longer --delay-s",
+                        a.delay_s,
+                        w.as_secs_f64(),
+                        busy.as_secs_f64()
+                    );
+                    return ExitCode::from(2);
+                }
                 measure(timer, a)
             }
             "delay-queue" => measure(DelayQueueThread::start(delay), a),
@@ -432,6 +451,23 @@ mod tests {
             format!("{:?}", run(&bad)),
             format!("{:?}", ExitCode::from(2))
         );
+    }
+
+    /// A delay past the stretch whose wheel bucket starts inside it (12 s: a bucket of 8 s from
+    /// 8 s, at the default tick and wheel size) is refused before any measuring; it used to be
+    /// measured, and reported as a failure of the timer ("reaper woke up while idle").
+    #[test]
+    fn a_delay_whose_bucket_starts_within_the_stretch_is_refused() {
+        let a = Args {
+            seconds: 10.0,
+            delay_s: 12,
+            settle_ms: 200,
+            impls: vec!["system-timer".into()],
+        };
+        assert!(validate(&a).is_ok(), "the delay itself is past the stretch");
+        let t0 = Instant::now();
+        assert_eq!(run(&a), ExitCode::from(2));
+        assert!(t0.elapsed() < Duration::from_secs(5), "refused before the stretch");
     }
 
     #[test]

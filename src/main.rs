@@ -339,10 +339,23 @@ fn bytes_per_task(name: &str, n: usize, range_ms: u64) -> f64 {
             n,
             range_ms,
         };
-        or_exit(probe.run("rss-probe", &[], |stdout| stdout.trim().parse::<u64>().ok()))
+        // 0: the child could not read its peak RSS (`VmHWM`), which no process has.
+        or_exit(probe.run("rss-probe", &[], |stdout| {
+            stdout.trim().parse::<u64>().ok().filter(|&b| b > 0)
+        }))
     };
     let (full, empty) = (rss(n), rss(0));
-    full.saturating_sub(empty) as f64 / n.max(1) as f64
+    or_exit(bytes_over(full, empty, n).ok_or_else(|| {
+        format!(
+            "{name}: the peak RSS with {n} tasks ({full} bytes) is not above the empty probe's              ({empty}): no bytes-per-task figure (too few tasks to measure; --no-bytes skips it)"
+        )
+    }))
+}
+
+/// Bytes per task: the RSS of `n` tasks (`full`) over that of none (`empty`); `None` if it is
+/// not above it (a figure of 0 met any memory target).
+fn bytes_over(full: u64, empty: u64, n: usize) -> Option<f64> {
+    (full > empty).then(|| (full - empty) as f64 / n.max(1) as f64)
 }
 
 fn w1(a: &W1Args) {
@@ -616,10 +629,24 @@ mod tests {
     fn delay_ranges_beyond_the_baselines_are_refused() {
         let too_long = (churn::MAX_RANGE_MS + 1).to_string();
         let longest = churn::MAX_RANGE_MS.to_string();
-        for sub in ["w1", "w1x2", "w2"] {
+        for sub in ["w1", "w1x2"] {
             assert!(parse(&[sub, "--range-ms", &too_long]).is_err(), "{sub}");
             assert!(parse(&[sub, "--range-ms", &longest]).is_ok(), "{sub}");
         }
+        // W2 waits for every task to fire on the real clock: its range is a wait, at most an
+        // hour (10^10 ms was taken, and the run then waited 116 days).
+        let an_hour = kafka_timer::measure::MAX_WAIT_MS;
+        assert!(parse(&["w2", "--range-ms", &an_hour.to_string()]).is_ok());
+        assert!(parse(&["w2", "--range-ms", &(an_hour + 1).to_string()]).is_err());
+    }
+
+    /// Bytes per task only when the tasks' RSS is above the empty probe's: an unreadable peak
+    /// (0) or a smaller one was printed as 0.0 bytes per task.
+    #[test]
+    fn bytes_per_task_needs_the_tasks_rss_above_the_empty_probes() {
+        assert_eq!(bytes_over(3_000, 1_000, 100), Some(20.0));
+        assert_eq!(bytes_over(1_000, 1_000, 100), None);
+        assert_eq!(bytes_over(900, 1_000, 100), None);
     }
 
     /// An unknown implementation name used to surface only when its turn came, in a child

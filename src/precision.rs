@@ -42,8 +42,11 @@ pub struct Args {
     /// Tasks to add (at most 10^8).
     #[arg(long, default_value_t = 100_000, value_parser = crate::measure::task_count(1))]
     pub n: usize,
-    /// Delay range in ms (delay = 1 + rand % range), at most 10^10.
-    #[arg(long, default_value_t = 2_000, value_parser = crate::churn::range_ms())]
+    /// Delay range in ms (delay = 1 + rand % range), at least 1, at most an hour (the run
+    /// waits for every task to fire).
+    #[arg(long, default_value_t = 2_000,
+          value_parser = clap::builder::RangedU64ValueParser::<u64>::new()
+              .range(1..=crate::measure::MAX_WAIT_MS))]
     pub range_ms: u64,
     /// After the last fire, wait this long for duplicate fires before shutting down (ms, at
     /// most an hour).
