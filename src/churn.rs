@@ -341,8 +341,13 @@ pub fn run_median<C: ChurnTarget>(
             }
             // The threads a timer starts (its reaper, its executors) start up before the clocks
             // do: their start-up CPU was counted in the add phase, a fixed cost that at W5's
-            // 10^4 tasks made the timers' add a third dearer than at 10^5.
-            std::thread::sleep(SETTLE);
+            // 10^4 tasks made the timers' add two to three times dearer than at 10^5. A spin,
+            // not a sleep: after a sleep the first adds ran slower (the wheel's at 10^4 by
+            // half again), the same bias the other way.
+            let settle = Instant::now();
+            while settle.elapsed() < SETTLE {
+                std::hint::spin_loop();
+            }
             let f = run_once(&mut t, delays);
             drop(t);
             f
