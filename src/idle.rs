@@ -467,7 +467,10 @@ mod tests {
         assert!(validate(&a).is_ok(), "the delay itself is past the stretch");
         let t0 = Instant::now();
         assert_eq!(run(&a), ExitCode::from(2));
-        assert!(t0.elapsed() < Duration::from_secs(5), "refused before the stretch");
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "refused before the stretch"
+        );
     }
 
     #[test]
