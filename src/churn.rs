@@ -322,8 +322,20 @@ fn count_not_yet_due(
         .count()
 }
 
-/// How long a new target is left before its run is timed (see [`run_median`]).
+/// How long a new target is left before its run is timed (see [`settle`]).
 const SETTLE: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Spins for [`SETTLE`], between building a target and timing it. The threads a timer starts
+/// (its reaper, its executors) start up then, not inside the clocks: their start-up CPU was
+/// counted in the add phase, a fixed cost that at W5's 10^4 tasks made the timers' add two to
+/// three times dearer than at 10^5. A spin, not a sleep, so that the timing starts on a busy
+/// core, as it did before.
+pub fn settle() {
+    let start = Instant::now();
+    while start.elapsed() < SETTLE {
+        std::hint::spin_loop();
+    }
+}
 
 /// Runs W1 `runs` times on fresh targets from `make` (warmed up first if `warm`) and returns
 /// the per-field medians.
@@ -339,15 +351,7 @@ pub fn run_median<C: ChurnTarget>(
             if warm {
                 t.warm_up(delays);
             }
-            // The threads a timer starts (its reaper, its executors) start up before the clocks
-            // do: their start-up CPU was counted in the add phase, a fixed cost that at W5's
-            // 10^4 tasks made the timers' add two to three times dearer than at 10^5. A spin,
-            // not a sleep: after a sleep the first adds ran slower (the wheel's at 10^4 by
-            // half again), the same bias the other way.
-            let settle = Instant::now();
-            while settle.elapsed() < SETTLE {
-                std::hint::spin_loop();
-            }
+            settle();
             let f = run_once(&mut t, delays);
             drop(t);
             f

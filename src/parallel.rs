@@ -375,6 +375,7 @@ where
     for _ in 0..runs.max(1) {
         w1.push(churn::run_median(1, delays, false, &mut single));
         let target = shared();
+        churn::settle();
         x2.push(run_once(&target, delays, split));
         drop(target);
     }
