@@ -325,10 +325,10 @@ fn count_not_yet_due(
 /// How long a new target is left before its run is timed (see [`settle`]).
 const SETTLE: std::time::Duration = std::time::Duration::from_millis(20);
 
-/// Spins for [`SETTLE`], between building a target and timing it. The threads a timer starts
-/// (its reaper, its executors) start up then, not inside the clocks: their start-up CPU was
-/// counted in the add phase, a fixed cost that at W5's 10^4 tasks made the timers' add two to
-/// three times dearer than at 10^5. A spin, not a sleep, so that the timing starts on a busy
+/// Spins for `SETTLE` (20 ms), between building a target and timing it. The threads a timer
+/// starts (its reaper, its executors) start up then, not inside the clocks: their start-up CPU
+/// was counted in the add phase, a fixed cost that at W5's 10^4 tasks made the timers' add two
+/// to three times dearer than at 10^5. A spin, not a sleep, so that the timing starts on a busy
 /// core, as it did before.
 pub fn settle() {
     let start = Instant::now();
