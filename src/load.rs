@@ -536,17 +536,9 @@ fn run_with_baseline(
 /// RSS counted the earlier run's, and its page faults were skipped. So `--baseline`'s run and
 /// each `--find-max-rate` probe run in a process of their own.
 fn run_in_child(args: &Args) -> Result<Report, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("this program's path: {e}"))?;
-    let out = std::process::Command::new(exe)
-        .args(child_argv(args))
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .map_err(|e| format!("cannot start a run in a new process: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("the run in a new process failed ({})", out.status));
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
-    from_wire(&text).ok_or_else(|| format!("the run in a new process printed no report: {text:?}"))
+    let mut cmd = std::process::Command::new(crate::measure::this_program()?);
+    cmd.args(child_argv(args));
+    crate::measure::run_child(&mut cmd, "the run in a new process", from_wire)
 }
 
 /// The command line that runs W4 with `args` once and prints its report in the wire format

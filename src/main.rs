@@ -107,8 +107,9 @@ struct Probe {
 
 impl Probe {
     /// This binary, running the probe subcommand `sub` with these flags.
-    fn command(&self, sub: &str) -> std::io::Result<Command> {
-        Ok(self.command_of(std::env::current_exe()?, sub))
+    fn command(&self, sub: &str) -> Result<Command, String> {
+        let exe = kafka_timer::measure::this_program().map_err(|e| format!("{sub}: {e}"))?;
+        Ok(self.command_of(exe, sub))
     }
 
     /// `program`, given the probe subcommand `sub` and these flags.
@@ -247,18 +248,15 @@ fn measure(name: &str, runs: usize, warm: bool, delays: &[u64]) -> ChurnFigures 
 
 impl Probe {
     /// Runs the probe subcommand `sub` (with `extra` flags) in a child process and returns its
-    /// standard output; on failure (no child, a non-zero exit, or output `parse` rejects), a
-    /// message with the child's standard error.
+    /// standard output as `parse` reads it; on failure (no child, a non-zero exit, or output
+    /// `parse` rejects), a message with the child's standard error.
     fn run<T>(
         &self,
         sub: &str,
         extra: &[&str],
         parse: impl FnOnce(&str) -> Option<T>,
     ) -> Result<T, String> {
-        let cmd = self
-            .command(sub)
-            .map_err(|e| format!("{sub}: this program's path: {e}"))?;
-        self.run_command(cmd, sub, extra, parse)
+        self.run_command(self.command(sub)?, sub, extra, parse)
     }
 
     /// [`run`](Self::run) with the command given.
@@ -270,20 +268,7 @@ impl Probe {
         parse: impl FnOnce(&str) -> Option<T>,
     ) -> Result<T, String> {
         let what = format!("{sub} on {} (N = {})", self.r#impl, self.n);
-        let out = cmd
-            .args(extra)
-            .output()
-            .map_err(|e| format!("{what}: could not run the child process: {e}"))?;
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        match out.status.success().then(|| parse(&stdout)).flatten() {
-            Some(v) => Ok(v),
-            None => Err(format!(
-                "{}{what} failed in its child process ({}; output {:?})",
-                String::from_utf8_lossy(&out.stderr),
-                out.status,
-                stdout.trim()
-            )),
-        }
+        kafka_timer::measure::run_child(cmd.args(extra), &what, parse)
     }
 }
 

@@ -445,6 +445,42 @@ pub fn wait_ms() -> clap::builder::RangedU64ValueParser<u64> {
     clap::builder::RangedU64ValueParser::new().range(0..=MAX_WAIT_MS)
 }
 
+/// This program's path, to run it again in a child process: for a measurement that must start
+/// from a fresh process (the allocator keeps what an earlier run in the same process freed, so
+/// a later run there skips the page faults, and finds the memory, an earlier one paid for).
+pub fn this_program() -> Result<std::path::PathBuf, String> {
+    std::env::current_exe().map_err(|e| format!("this program's path: {e}"))
+}
+
+/// Runs `cmd` to its end and hands back its standard output as `parse` reads it. `what` names
+/// the run in the error, which carries the child's status, its standard error and its output,
+/// when the child cannot be started, exits non-zero, or prints what `parse` rejects. A child
+/// that succeeds has its standard error (warnings) passed on to this process's.
+pub fn run_child<T>(
+    cmd: &mut std::process::Command,
+    what: &str,
+    parse: impl FnOnce(&str) -> Option<T>,
+) -> Result<T, String> {
+    let out = cmd
+        .output()
+        .map_err(|e| format!("{what}: could not run the child process: {e}"))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    match out.status.success().then(|| parse(&stdout)).flatten() {
+        Some(v) => {
+            if !stderr.is_empty() {
+                to_stderr(format_args!("{stderr}"));
+            }
+            Ok(v)
+        }
+        None => Err(format!(
+            "{stderr}{what} failed in its child process ({}; output {:?})",
+            out.status,
+            stdout.trim()
+        )),
+    }
+}
+
 /// The median of a list of samples (the mean of the middle two for an even count).
 pub fn median(xs: &[f64]) -> f64 {
     let mut v = xs.to_vec();
