@@ -65,6 +65,11 @@ pub struct Args {
           value_parser = clap::builder::PossibleValuesParser::new(IMPLS),
           default_values_t = IMPLS.iter().map(|s| s.to_string()))]
     pub impls: Vec<String>,
+    /// Internal: measure the one implementation of `--impls` in this process and print its
+    /// row's figures as numbers (the parent runs each implementation so, in a process of its
+    /// own).
+    #[arg(long, hide = true)]
+    pub child_row: bool,
 }
 
 /// Something two threads can add to and cancel from at once, through a shared reference.
@@ -400,9 +405,48 @@ fn w1_all_ns(w1: &ChurnFigures, n: usize) -> f64 {
     (w1.add_ns * n as f64 + w1.cancel_ns * n_cancel as f64) / ops
 }
 
-/// Runs the workload and prints its table; returns the process exit code.
+/// Runs the workload and prints its table; returns the process exit code. Each implementation's
+/// row is measured in a child process of its own (`--child-row`), as W1's are: in one process,
+/// an implementation's runs found the memory the allocator had kept from the rows before it.
 pub fn run(args: &Args) -> ExitCode {
-    run_with(args, |name, runs, d, s| match name {
+    if args.child_row {
+        return child_row(args);
+    }
+    run_with(args, |name, _, _, _| row_in_child(args, name))
+}
+
+/// `--child-row`: measures the one implementation `args` names, in this process, and prints its
+/// figures as [`to_wire`] writes them (status 1 if a check fails).
+fn child_row(args: &Args) -> ExitCode {
+    let [name] = args.impls.as_slice() else {
+        note!(
+            "error: --child-row measures one implementation, not {:?}",
+            args.impls
+        );
+        return exit_status(false);
+    };
+    let delays = churn::delays(args.n, args.range_ms);
+    match in_process(name, args.runs, &delays, args.split) {
+        Ok(row) => {
+            out!("{}", to_wire(&row));
+            exit_status(true)
+        }
+        Err(e) => {
+            note!("error: {e}");
+            exit_status(false)
+        }
+    }
+}
+
+/// Measures implementation `name` in this process (W1 and W1x2 runs alternating); an error if
+/// a check fails (its panic's message is printed above it by the panic hook).
+fn in_process(
+    name: &str,
+    runs: usize,
+    d: &[u64],
+    s: Split,
+) -> Result<(ChurnFigures, ParallelFigures), String> {
+    checked(name, || match name {
         "system-timer" => measure(runs, d, s, TimerTarget::new, system_timer::SystemTimer::new),
         "system-timer-typed" => measure(runs, d, s, TypedTimerTarget::new, || {
             system_timer::Builder::<IdTask>::new().build()
@@ -421,14 +465,83 @@ pub fn run(args: &Args) -> ExitCode {
         "binary-heap" => measure(runs, d, s, HeapTarget::default, || {
             Mutex::new(HeapTarget::default())
         }),
-        other => unreachable!("clap checked the name: {other}"),
+        other => panic!("unknown implementation {other}; known: {IMPLS:?}"),
     })
+}
+
+/// Runs a row's measurement; a panic (a failed check) becomes an error naming `name`.
+fn checked(
+    name: &str,
+    row: impl FnOnce() -> (ChurnFigures, ParallelFigures),
+) -> Result<(ChurnFigures, ParallelFigures), String> {
+    std::panic::catch_unwind(AssertUnwindSafe(row))
+        .map_err(|_| format!("{name} failed a check (above)"))
+}
+
+/// Implementation `name`'s row measured by this program in a child process (`--child-row`).
+fn row_in_child(a: &Args, name: &str) -> Result<(ChurnFigures, ParallelFigures), String> {
+    let split = clap::ValueEnum::to_possible_value(&a.split).expect("no skipped values");
+    let mut cmd = std::process::Command::new(crate::measure::this_program()?);
+    cmd.args([
+        "w1x2",
+        "--n",
+        &a.n.to_string(),
+        "--range-ms",
+        &a.range_ms.to_string(),
+    ])
+    .args(["--runs", &a.runs.to_string(), "--split", split.get_name()])
+    .args(["--impls", name, "--child-row"]);
+    crate::measure::run_child(&mut cmd, &format!("w1x2 on {name}"), from_wire)
+}
+
+/// A row's figures as one line of nine numbers, each in full precision (`{:?}` of an `f64`
+/// reads back to the same value): W1's add, cancel, add CPU and cancel CPU ns, then W1x2's
+/// add, cancel, all and CPU ns and its cores.
+fn to_wire((w1, x2): &(ChurnFigures, ParallelFigures)) -> String {
+    [
+        w1.add_ns,
+        w1.cancel_ns,
+        w1.add_cpu_ns,
+        w1.cancel_cpu_ns,
+        x2.add_ns,
+        x2.cancel_ns,
+        x2.all_ns,
+        x2.cpu_ns,
+        x2.cores,
+    ]
+    .map(|v| format!("{v:?}"))
+    .join(" ")
+}
+
+/// [`to_wire`]'s line read back: exactly nine numbers, or `None` (a stray line, a missing
+/// figure: a failed child).
+fn from_wire(text: &str) -> Option<(ChurnFigures, ParallelFigures)> {
+    let v: Vec<f64> = text
+        .split_whitespace()
+        .map(|x| x.parse().ok())
+        .collect::<Option<_>>()?;
+    let [a, b, c, d, e, f, g, h, i] = v.as_slice().try_into().ok()?;
+    Some((
+        ChurnFigures {
+            add_ns: a,
+            cancel_ns: b,
+            add_cpu_ns: c,
+            cancel_cpu_ns: d,
+        },
+        ParallelFigures {
+            add_ns: e,
+            cancel_ns: f,
+            all_ns: g,
+            cpu_ns: h,
+            cores: i,
+        },
+    ))
 }
 
 /// [`run`], each implementation measured by `row` (its name, the runs, the delays, the split).
 fn run_with(
     args: &Args,
-    row: impl Fn(&str, usize, &[u64], Split) -> (ChurnFigures, ParallelFigures),
+    row: impl Fn(&str, usize, &[u64], Split) -> Result<(ChurnFigures, ParallelFigures), String>,
 ) -> ExitCode {
     let a = args;
     out!(
@@ -456,13 +569,14 @@ fn run_with(
     );
     let delays = churn::delays(a.n, a.range_ms);
     for name in while_stdout_taken(&a.impls) {
-        // A broken check panics where it is found: status 1, as W1's failed child and W2's
-        // failed check are (the panic said 101, and nothing after it ran).
-        let measured =
-            std::panic::catch_unwind(AssertUnwindSafe(|| row(name, a.runs, &delays, a.split)));
-        let Ok((w1, x2)) = measured else {
-            note!("error: {name} failed a check (above); the run stops");
-            return exit_status(false);
+        // A failed check (or child) ends the run with status 1, as W1's failed child and W2's
+        // failed check do (a check's panic said 101, and nothing after it ran).
+        let (w1, x2) = match row(name, a.runs, &delays, a.split) {
+            Ok(row) => row,
+            Err(e) => {
+                note!("error: {e}; the run stops");
+                return exit_status(false);
+            }
         };
         let w1_all = w1_all_ns(&w1, a.n);
         out!(
@@ -643,6 +757,51 @@ mod tests {
         assert!(run.is_err(), "90 lost cancels of 9000 passed");
     }
 
+    /// A row's figures cross from the child process unchanged, to the last bit; anything but
+    /// nine numbers is a failed child, not a row.
+    #[test]
+    fn a_row_survives_the_wire_exactly() {
+        let row = (
+            ChurnFigures {
+                add_ns: 0.1 + 0.2,
+                cancel_ns: 1.0 / 3.0,
+                add_cpu_ns: 123.456789012345,
+                cancel_cpu_ns: 7.0,
+            },
+            ParallelFigures {
+                add_ns: f64::MIN_POSITIVE,
+                cancel_ns: 1e300,
+                all_ns: 2.5,
+                cpu_ns: 99.99,
+                cores: 1.9999999999999998,
+            },
+        );
+        let (w1, x2) = from_wire(&to_wire(&row)).expect("nine numbers");
+        let bits = |(w, x): (&ChurnFigures, &ParallelFigures)| {
+            [
+                w.add_ns,
+                w.cancel_ns,
+                w.add_cpu_ns,
+                w.cancel_cpu_ns,
+                x.add_ns,
+                x.cancel_ns,
+                x.all_ns,
+                x.cpu_ns,
+                x.cores,
+            ]
+            .map(f64::to_bits)
+        };
+        assert_eq!(bits((&w1, &x2)), bits((&row.0, &row.1)));
+        for bad in [
+            "1 2 3 4 5 6 7 8",
+            "1 2 3 4 5 6 7 8 9 10",
+            "1 2 3 4 x 6 7 8 9",
+            "",
+        ] {
+            assert!(from_wire(bad).is_none(), "{bad:?}");
+        }
+    }
+
     /// A failed check ends W1x2 with status 1 at the row that failed it: the check's panic
     /// ended the process with status 101.
     #[test]
@@ -653,12 +812,15 @@ mod tests {
             runs: 1,
             split: Split::Interleaved,
             impls: vec!["concurrent-wheel".into(), "binary-heap".into()],
+            child_row: false,
         };
         let rows = AtomicUsize::new(0);
-        let status = run_with(&args, |_, runs, d, s| {
+        let status = run_with(&args, |name, runs, d, s| {
             rows.fetch_add(1, Ordering::Relaxed);
-            measure(runs, d, s, ConcurrentWheelTarget::new, || {
-                Clocked::new(d.len(), 100, Duration::ZERO)
+            checked(name, || {
+                measure(runs, d, s, ConcurrentWheelTarget::new, || {
+                    Clocked::new(d.len(), 100, Duration::ZERO)
+                })
             })
         });
         assert!(status == ExitCode::FAILURE, "{status:?}");
