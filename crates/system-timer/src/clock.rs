@@ -13,9 +13,11 @@ use crate::sync::{Mutex, Weak};
 
 /// A monotonic source of time, in nanoseconds since the clock's own epoch.
 ///
-/// Implementations must never go backwards, and must not panic (the reaper thread reads the
-/// clock outside the guard that contains task panics: a panicking clock stops it). The timer
-/// only ever compares readings of one clock.
+/// Implementations must never go backwards, and should not panic. A panic reading the clock in
+/// a caller's call (`add`, `advance`) reaches that caller; on the reaper thread it is caught and
+/// counted ([`TimerStats::reaper_panics`](crate::TimerStats::reaper_panics)), and the reaper
+/// tries again [`REAPER_PANIC_BACKOFF`](crate::REAPER_PANIC_BACKOFF) later: due tasks wait
+/// until the clock reads again. The timer only ever compares readings of one clock.
 pub trait Clock: Send + Sync + fmt::Debug + 'static {
     /// Nanoseconds since this clock's epoch.
     fn now_ns(&self) -> u64;

@@ -87,7 +87,7 @@ pub use task::{SharedTask, Task, TimerTask};
 #[cfg(loom)]
 #[doc(hidden)]
 pub use timer::SleepingReaper;
-pub use timer::{Builder, SystemTimer, MAX_EXECUTOR_THREADS};
+pub use timer::{Builder, SystemTimer, MAX_EXECUTOR_THREADS, REAPER_PANIC_BACKOFF};
 
 /// What `#[must_use]` guards, checked: each `compile_fail` case is the example before it with
 /// the result left unused, under `deny(unused_must_use)`, so it fails only for that.

@@ -161,6 +161,13 @@ pub struct TimerStats {
     pub levels: usize,
     /// Times the reaper thread woke from a sleep.
     pub reaper_wakeups: u64,
+    /// Panics the reaper thread caught in its own turn, outside any task: a [`Clock`] that
+    /// panicked (the reaper survives it, and tries again
+    /// [`REAPER_PANIC_BACKOFF`](crate::REAPER_PANIC_BACKOFF) later). Task panics are in
+    /// `panicked`.
+    ///
+    /// [`Clock`]: crate::Clock
+    pub reaper_panics: u64,
     /// Advances done for the reaper by callers of
     /// [`advance_if_due`](crate::SystemTimer::advance_if_due) while it waited out its grace
     /// ([`Builder::reaper_grace`](crate::Builder::reaper_grace)): wake-ups it was spared.
@@ -182,6 +189,8 @@ pub(crate) struct Counters {
     /// Dispatched tasks handed back at shutdown instead of running.
     pub(crate) returned: AtomicU64,
     pub(crate) wakeups: AtomicU64,
+    /// Panics the reaper caught outside tasks (a panicking clock).
+    pub(crate) reaper_panics: AtomicU64,
     /// Advances done by callers for the reaper (`Inner::help`).
     pub(crate) helps: AtomicU64,
     pub(crate) lateness: Histogram,
@@ -196,6 +205,7 @@ impl Counters {
             panicked: AtomicU64::new(0),
             returned: AtomicU64::new(0),
             wakeups: AtomicU64::new(0),
+            reaper_panics: AtomicU64::new(0),
             helps: AtomicU64::new(0),
             lateness: Histogram::new(),
         }

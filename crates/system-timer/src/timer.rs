@@ -198,6 +198,11 @@ pub struct SystemTimer<T: TimerTask = Task> {
 /// (executors only run due tasks), and short of what would exhaust a host's threads.
 pub const MAX_EXECUTOR_THREADS: usize = 1024;
 
+/// How long the reaper thread sleeps after a panic in its own turn (a [`Clock`] that panicked)
+/// before it reads the clock again; an add or a shutdown wakes it sooner. See
+/// [`TimerStats::reaper_panics`](crate::TimerStats::reaper_panics).
+pub const REAPER_PANIC_BACKOFF: Duration = Duration::from_millis(10);
+
 /// Configures and builds a [`SystemTimer`].
 ///
 /// ```
@@ -861,6 +866,7 @@ impl<T: TimerTask> SystemTimer<T> {
             queued_buckets,
             levels,
             reaper_wakeups: s.wakeups.load(Ordering::Relaxed),
+            reaper_panics: s.reaper_panics.load(Ordering::Relaxed),
             caller_advances: s.helps.load(Ordering::Relaxed),
             lateness: s.lateness.snapshot(),
         }
@@ -1431,7 +1437,31 @@ impl<T: TimerTask> Inner<T> {
     /// sleeps until the earliest bucket is due or an `unpark` comes (an add that queued an
     /// earlier bucket, a task due at add time, a shutdown, a moved manual clock). `Some(n)`: the
     /// tasks this turn dispatched.
+    ///
+    /// A panic in the turn itself (the clock is user code: [`Clock::now_ns`] and
+    /// [`Clock::sleep_for`] run here) does not end the reaper, which alone expires the tasks
+    /// (Kafka's reaper thread dies on any throwable): it is counted
+    /// ([`TimerStats::reaper_panics`]), and the reaper sleeps for
+    /// [`REAPER_PANIC_BACKOFF`] (an `unpark` ends the sleep early: an add, a shutdown) before
+    /// it tries again, so a clock that keeps panicking costs a try per backoff, not a spin.
+    ///
+    /// [`Clock::now_ns`]: crate::Clock::now_ns
+    /// [`Clock::sleep_for`]: crate::Clock::sleep_for
+    /// [`TimerStats::reaper_panics`]: crate::TimerStats::reaper_panics
     pub(crate) fn reaper_step(&self) -> Option<usize> {
+        match catch_unwind(AssertUnwindSafe(|| self.reaper_turn())) {
+            Ok(step) => step,
+            Err(payload) => {
+                self.stats.reaper_panics.fetch_add(1, Ordering::Relaxed);
+                drop_payload(payload);
+                self.parker.park(Some(REAPER_PANIC_BACKOFF));
+                Some(0)
+            }
+        }
+    }
+
+    /// [`reaper_step`](Self::reaper_step)'s turn, panics not caught.
+    fn reaper_turn(&self) -> Option<usize> {
         if self.stopping.load(Ordering::Acquire) {
             return None;
         }

@@ -1071,3 +1071,69 @@ fn every_dispatched_task_runs_without_a_shutdown() {
         });
     }
 }
+
+/// A manual clock that panics when the reaper thread reads it, while `panics_left` is above 0
+/// (callers' reads, `add`'s, never panic).
+#[derive(Debug)]
+struct PanickingOnTheReaper {
+    clock: ManualClock,
+    panics_left: Arc<AtomicU32>,
+}
+
+impl system_timer::Clock for PanickingOnTheReaper {
+    fn now_ns(&self) -> u64 {
+        let on_reaper = std::thread::current()
+            .name()
+            .is_some_and(|n| n.ends_with("-reaper"));
+        if on_reaper
+            && self
+                .panics_left
+                .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+        {
+            panic!("the clock failed on the reaper");
+        }
+        self.clock.now_ns()
+    }
+    fn deadline_base_ns(&self) -> u64 {
+        self.clock.deadline_base_ns()
+    }
+    fn sleep_for(&self, deadline_ns: u64) -> Option<Duration> {
+        self.clock.sleep_for(deadline_ns)
+    }
+    fn subscribe(&self, waker: std::sync::Weak<dyn Fn() + Send + Sync>) {
+        self.clock.subscribe(waker)
+    }
+}
+
+/// The clock is user code that the reaper runs: a panic there used to end the reaper thread
+/// (Kafka's reaper dies on any throwable too), and with it every expiry; the task below never
+/// ran. Now the reaper counts the panic, waits a backoff and reads the clock again.
+#[test]
+fn a_clock_panicking_on_the_reaper_does_not_stop_expiries() {
+    let clock = ManualClock::new(0);
+    let panics_left = Arc::new(AtomicU32::new(0));
+    let timer = SystemTimer::builder()
+        .clock(PanickingOnTheReaper {
+            clock: clock.clone(),
+            panics_left: Arc::clone(&panics_left),
+        })
+        .build();
+    let (tx, rx) = mpsc::channel();
+    timer
+        .add(Duration::from_millis(5), move || tx.send(()).unwrap())
+        .expect("running");
+    panics_left.store(3, SeqCst);
+    clock.advance(Duration::from_millis(5));
+    rx.recv_timeout(Duration::from_secs(20))
+        .expect("the task ran after the clock's panics");
+    assert_eq!(
+        panics_left.load(SeqCst),
+        0,
+        "the reaper read the clock 3 times"
+    );
+    let stats = timer.stats();
+    assert_eq!(stats.reaper_panics, 3, "{stats:?}");
+    assert_eq!(stats.panicked, 0, "no task panicked: {stats:?}");
+    assert!(timer.shutdown().is_empty(), "every task ran");
+}
