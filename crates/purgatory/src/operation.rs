@@ -705,9 +705,21 @@ impl<Op: DelayedOperation> OpCell<Op> {
         }
     }
 
+    /// Whether the operation has completed (or been handed back).
+    ///
+    /// `SeqCst`, as is the store that sets it (in [`complete_locked`](Self::complete_locked)
+    /// and [`hand_back_locked`](Self::hand_back_locked)), because a thread that reads `false`
+    /// here may go on to block on this cell's lock while it holds another's: a callback
+    /// (`on_complete` of operation A, run under A's lock after A's flag was set) checks a key
+    /// and finds operation B; B's own `on_complete`, on another thread under B's lock, checks a
+    /// key and finds A. Each skips the other if it sees the other's flag; with only Release
+    /// stores and Acquire loads (two locations: the store-buffering pattern) both may read
+    /// `false`, and each then waits for the lock the other holds. In one total order of the
+    /// `SeqCst` accesses, at least one of the two reads comes after the other thread's store.
+    /// On x86 the load costs nothing more and the store is one `xchg`.
     #[inline]
     pub(crate) fn is_completed(&self) -> bool {
-        self.completed.load(Ordering::Acquire)
+        self.completed.load(Ordering::SeqCst)
     }
 
     /// False when the operation's [`ReadyHint`] says it cannot complete now (a check may skip
@@ -746,7 +758,8 @@ impl<Op: DelayedOperation> OpCell<Op> {
     /// runs `on_complete` (and `on_expiration` when expired), and drops the operation.
     pub(crate) fn complete_locked(&self, st: &mut OpState<Op>, how: How) {
         debug_assert!(!self.is_completed(), "completing twice");
-        self.completed.store(true, Ordering::Release);
+        // SeqCst: see `is_completed`.
+        self.completed.store(true, Ordering::SeqCst);
         let armed = self.take_timer_locked(st, how == How::Expired);
         // A purge this completion made due is scheduled last, once the callbacks have run and
         // the payload is dropped: scheduling reads the timer's clock and, on a full shared
@@ -803,7 +816,8 @@ impl<Op: DelayedOperation> OpCell<Op> {
     /// operations taken back in bulk do not pile up empty cells and keys that nothing sweeps.
     pub(crate) fn hand_back_locked(&self, st: &mut OpState<Op>) -> Op {
         debug_assert!(!self.is_completed());
-        self.completed.store(true, Ordering::Release);
+        // SeqCst: see `is_completed`.
+        self.completed.store(true, Ordering::SeqCst);
         // Taken first: counting the garbage may schedule a purge, which reads the timer's clock.
         let op = st.op.take().expect("a pending operation holds its op");
         self.disarm_locked(st, false);

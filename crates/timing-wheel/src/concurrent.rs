@@ -98,7 +98,9 @@ pub struct ConcurrentWheel<T> {
 /// The entry ends exactly one way, and the handle tells which: [`is_cancelled`] (a
 /// [`cancel`](Self::cancel) through this handle won), [`is_fired`] (an advance took it out) or
 /// [`is_handed_back`] (a close, or dropping the wheel, took it out). All three are false while it
-/// is pending.
+/// is pending. One misuse defeats this: a [`WheelKey`] from another wheel, given to this one's
+/// [`ConcurrentWheel::cancel`], may name (and take out) an unrelated handle-kept entry here,
+/// whose handle then reads fired (keep keys with their wheel, as [`WheelKey`] says).
 ///
 /// [`is_cancelled`]: Self::is_cancelled
 /// [`is_fired`]: Self::is_fired
@@ -107,8 +109,9 @@ pub struct EntryHandle<T> {
     cell: Arc<ShardCell<T>>,
     index: u32,
     /// The key's stamp, plus [`CANCELLED_BIT`]: set, under the shard lock, by the cancel that
-    /// wins. The handle is the only way to cancel an entry, so "gone and not cancelled by this
-    /// handle" means "fired". (A key's stamp always has state `PENDING` = `0b01` in its low
+    /// wins. The handle is the only way to cancel the entry (a key of this wheel never names
+    /// it; only another wheel's key, a misuse, may), so "gone and not cancelled by this handle"
+    /// means "fired". (A key's stamp always has state `PENDING` = `0b01` in its low
     /// bits, so bit 1 is free.)
     stamp: AtomicU32,
 }
