@@ -928,10 +928,14 @@ fn completion_never_overlaps_try_complete_under_contention() {
     };
     let forced = join_all(vec![forcer], "forcer").pop().unwrap();
     let checked: usize = join_all(checkers, "checkers").into_iter().sum();
-    // An expiry's on_complete runs (under the op lock) just after the completed flag is set:
-    // wait for the counts to settle.
-    wait_until("every on_complete", || {
+    // An expiry's on_complete runs (under the op lock) just after the completed flag is set,
+    // and its on_expiration after that: wait for the callbacks and the counts to settle (a
+    // completer too many would show as a sum past OPS, asserted below).
+    wait_until("every on_complete, on_expiration and count", || {
+        let expired: usize = mocks.iter().map(Mock::expirations).sum();
         mocks.iter().all(|m| m.completes() == 1)
+            && checked + forced + expired >= OPS
+            && p.stats().completed >= OPS as u64
     });
 
     let expired: usize = mocks.iter().map(Mock::expirations).sum();

@@ -3,6 +3,7 @@
 #![cfg(not(loom))]
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)] // std threads and locks in tests
 
+mod common;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -786,11 +787,20 @@ fn force_check_and_expiry_race_exactly_once() {
         });
         let forced = w.handle.force_complete();
         let checked = checker.join().unwrap();
+        // The flag is set before the winner's callbacks run: wait for `on_complete` and, when
+        // neither the force nor the check won, for the expiry's `on_expiration` after it.
         let t0 = Instant::now();
-        while !w.handle.is_completed() {
-            assert!(t0.elapsed() < Duration::from_secs(10), "hung");
+        while probe.completions() == 0
+            || (!forced && checked == 0 && !probe.events().contains(&Ev::Expire))
+        {
+            let ev = probe.events();
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "round {round}: hung: {ev:?}"
+            );
+            std::thread::yield_now();
         }
-        // Let an expiry that lost run its (no-op) task.
+        // Give an expiry that lost the time to run its task, which must do nothing.
         std::thread::sleep(Duration::from_micros(200));
         let ev = probe.events();
         assert_eq!(probe.completions(), 1, "round {round}: {ev:?}");
@@ -1196,24 +1206,29 @@ fn dropping_a_purgatory_leaves_no_reference_to_a_shared_timer() {
     assert!(timer.is_empty());
 }
 
-/// With its own reaper and executor on the real clock, operations expire by themselves; a
-/// dropped purgatory joins its threads.
+/// With its own reaper and executor on the real clock, operations expire by themselves, never
+/// before their timeout; the threads of a dropped purgatory end (it joins them).
 #[test]
 fn the_own_reaper_expires_operations_on_the_real_clock() {
-    let p: Purgatory<u8, Op> = Purgatory::builder().name("realclock").build();
-    let probe = Probe::default();
-    let w = p.try_complete_else_watch(probe.op(), 5 * MS, &[1]).unwrap();
+    let p: Purgatory<u8, NeverReady> = Purgatory::builder().name("realclock").build();
+    let expiry: Expiry = Arc::default();
+    // Taken before the call: the timer's deadline is read inside it, so no later than this.
+    let due = Instant::now() + 5 * MS;
+    p.try_complete_else_watch(NeverReady(expiry.clone()), 5 * MS, &[1])
+        .unwrap();
     let t0 = Instant::now();
-    while !w.handle.is_completed() {
+    let at = loop {
+        if let Some((_, _, at)) = *expiry.lock().unwrap() {
+            break at;
+        }
         assert!(t0.elapsed() < Duration::from_secs(30), "never expired");
         std::thread::sleep(MS);
-    }
-    assert!(t0.elapsed() >= Duration::from_millis(4));
-    while probe.events().last() != Some(&Ev::Expire) {
-        assert!(t0.elapsed() < Duration::from_secs(30));
-        std::thread::sleep(MS);
-    }
+    };
+    assert!(at >= due, "expired {:?} early", due - at);
+    // Named by now (a thread names itself once it runs): the one that ran the expiry.
+    assert!(common::threads_named("realclock") > 0, "no threads of its own");
     drop(p);
+    common::wait_for_threads_to_end("realclock");
 }
 
 /// Where and when an operation expired.
