@@ -1,7 +1,8 @@
 //! A storage engine's TTLs on the single-threaded `TimingWheel`, driven by the engine's own loop
 //! (no timer thread): each key has at most one pending expiry; overwriting a key cancels its old
-//! TTL in O(1); the loop asks the wheel when it next has work. Takes no arguments; panics if
-//! an expiry comes out of order, at the wrong time or for the wrong key.
+//! TTL in O(1); the loop sleeps until the wheel's next bucket is due or a client's request
+//! comes, whichever is first. Takes no arguments; panics if an expiry comes out of order, at the
+//! wrong time or for the wrong key.
 //!
 //! ```sh
 //! cargo run --release --example ttl
@@ -18,7 +19,6 @@ use timing_wheel::{EntryKey, TimingWheel};
 struct Store {
     data: HashMap<String, (String, EntryKey)>,
     ttls: TimingWheel<String>,
-    now_ms: u64,
 }
 
 impl Store {
@@ -26,17 +26,19 @@ impl Store {
         Store {
             data: HashMap::new(),
             ttls: TimingWheel::new(1, 64, 0).expect("valid wheel"),
-            now_ms: 0,
         }
     }
 
-    /// Sets `key` to `value` for `ttl_ms`, replacing (and un-scheduling) any previous TTL. A TTL
-    /// past the end of time (a client's `u64::MAX`) saturates to the wheel's "never".
-    fn set(&mut self, key: &str, value: &str, ttl_ms: u64) {
+    /// Sets `key` to `value` at `now_ms` (the engine's time when the request came, which may be
+    /// long after the wheel's last advance: the loop sleeps through idle time) for `ttl_ms`,
+    /// replacing (and un-scheduling) any previous TTL. A TTL of 0 expires at the next
+    /// millisecond (the wheel takes deadlines after its time only); one past the end of time (a
+    /// client's `u64::MAX`) saturates to the wheel's "never".
+    fn set(&mut self, now_ms: u64, key: &str, value: &str, ttl_ms: u64) {
         let expiry = self
             .ttls
-            .add(self.now_ms.saturating_add(ttl_ms.max(1)), key.to_string())
-            .expect("deadline after now");
+            .add(now_ms.saturating_add(ttl_ms.max(1)), key.to_string())
+            .expect("deadline after the wheel's time");
         if let Some((_, old)) = self.data.insert(key.into(), (value.into(), expiry)) {
             self.ttls.cancel(old);
         }
@@ -46,9 +48,8 @@ impl Store {
         self.data.get(key).map(|(v, _)| v.as_str())
     }
 
-    /// The engine loop's step: move time, evict what expired.
+    /// The engine loop's step: move the wheel to `now_ms`, evict what expired.
     fn tick(&mut self, now_ms: u64) -> Vec<String> {
-        self.now_ms = now_ms;
         let mut expired = Vec::new();
         self.ttls.advance(now_ms, |e| expired.push(e.value));
         for k in &expired {
@@ -65,28 +66,43 @@ fn main() -> ExitCode {
         eprintln!("usage: ttl (no arguments)");
         return ExitCode::from(2);
     }
+    // Client requests: (arrival in ms, key, value, TTL in ms).
+    let requests = [
+        (0, "session:alice", "token-a", 30_000),
+        (0, "session:bob", "token-b", 5_000),
+        (0, "lock:orders", "holder-7", 250),
+        (10, "session:alice", "token-a2", 60_000), // renewed: the 30 s TTL is cancelled
+        // While the loop sleeps (nothing is due between 250 ms and the next bucket): the TTL
+        // counts from the request's time, not from the wheel's last advance at 250 ms.
+        (3_000, "lock:orders", "holder-9", 1_000),
+    ];
     let mut store = Store::new();
-    store.set("session:alice", "token-a", 30_000);
-    store.set("session:bob", "token-b", 5_000);
-    store.set("lock:orders", "holder-7", 250);
-    store.set("session:alice", "token-a2", 60_000); // renewed: the 30 s TTL is cancelled
-    assert_eq!(store.ttls.len(), 3);
-
-    // The engine sleeps until the wheel's next expiration (it never ticks through idle time).
+    let mut requests = requests.into_iter().peekable();
+    // The engine sleeps until the wheel's next bucket is due or the next request comes (it
+    // never ticks through idle time; a coarse bucket's time moves its keys down a level).
     let mut evicted = Vec::new();
-    while let Some(t) = store.ttls.next_expiration() {
-        for key in store.tick(t) {
-            out!("t = {:>6} ms: {key} expired", store.now_ms);
-            evicted.push((store.now_ms, key));
+    while let Some(now) = [store.ttls.next_expiration(), requests.peek().map(|r| r.0)]
+        .into_iter()
+        .flatten()
+        .min()
+    {
+        for key in store.tick(now) {
+            out!("t = {now:>6} ms: {key} expired");
+            evicted.push((now, key));
+        }
+        while let Some((_, key, value, ttl)) = requests.next_if(|r| r.0 == now) {
+            store.set(now, key, value, ttl);
         }
     }
     // In TTL order, each key at its own TTL (the wheel's tick is 1 ms: never early, never a tick
-    // late), the renewed session at its new TTL, not its first one. The keys too: with the times
-    // alone, a session evicted at the lock's 250 ms (and the lock at the session's 5 s) passed.
+    // late), the renewed session at its new TTL, not its first one, the lock set during the
+    // idle time a TTL after its request. The keys too: with the times alone, a session evicted
+    // at the lock's 250 ms (and the lock at the session's 5 s) passed.
     let want = [
         (250, "lock:orders"),
+        (4_000, "lock:orders"),
         (5_000, "session:bob"),
-        (60_000, "session:alice"),
+        (60_010, "session:alice"),
     ];
     assert!(
         evicted.iter().map(|(t, k)| (*t, k.as_str())).eq(want),
