@@ -224,6 +224,34 @@ where
     delayed
 }
 
+/// Spawns `f` and returns once its thread has gone to sleep (Linux: its `/proc` state is `S` or
+/// `D`: blocked, here on a lock it must wait for) or has ended, so that a test's "it is still
+/// waiting" is checked while the thread really waits, not before it has started (a fixed sleep
+/// let a thread scheduled late pass such a check without reaching the wait).
+fn spawn_until_blocked<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> JoinHandle<T> {
+    let (tx, rx) = mpsc::channel();
+    let t = thread::spawn(move || {
+        tx.send(std::fs::read_link("/proc/thread-self").ok())
+            .unwrap();
+        f()
+    });
+    let me = rx.recv_timeout(HANG).expect("the thread never started");
+    let t0 = Instant::now();
+    while let Some(stat) = me
+        .as_ref()
+        .and_then(|p| std::fs::read_to_string(p.join("stat")).ok())
+    {
+        // The state follows the command name, which is in parentheses and may hold spaces.
+        let state = stat.rsplit_once(") ").map(|(_, rest)| &rest[..1]);
+        if matches!(state, Some("S" | "D")) || t.is_finished() {
+            break;
+        }
+        assert!(t0.elapsed() < HANG, "the thread never blocked");
+        thread::sleep(Duration::from_millis(1));
+    }
+    t
+}
+
 /// Joins `threads`, failing (instead of hanging the suite) if they have not all finished
 /// within [`HANG`].
 fn join_all<T>(threads: Vec<JoinHandle<T>>, what: &str) -> Vec<T> {
@@ -554,9 +582,8 @@ fn check_blocks_on_the_op_lock_and_re_evaluates() {
     mock.set_completable();
     let b = {
         let p = p.clone();
-        thread::spawn(move || p.check_and_complete(&"key"))
+        spawn_until_blocked(move || p.check_and_complete(&"key"))
     };
-    thread::sleep(Duration::from_millis(50));
     assert!(
         !b.is_finished(),
         "B returned while A held the operation's lock: it skipped the operation"
@@ -662,9 +689,8 @@ fn second_try_runs_under_the_same_lock_hold() {
         .expect("never reached the second try");
     let checker = {
         let p = p.clone();
-        thread::spawn(move || p.check_and_complete(&"key"))
+        spawn_until_blocked(move || p.check_and_complete(&"key"))
     };
-    thread::sleep(Duration::from_millis(50));
     assert!(
         !checker.is_finished(),
         "the check did not wait for the second try"
@@ -788,9 +814,8 @@ fn a_check_during_the_watch_waits_for_the_second_try() {
     mock.set_completable();
     let checker = {
         let p = p.clone();
-        thread::spawn(move || p.check_and_complete(&PausingKey::plain("k1")))
+        spawn_until_blocked(move || p.check_and_complete(&PausingKey::plain("k1")))
     };
-    thread::sleep(Duration::from_millis(50));
     assert!(
         !checker.is_finished(),
         "the check did not wait for the operation's lock: it was released during the watch"
