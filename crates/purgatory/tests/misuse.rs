@@ -413,13 +413,45 @@ impl DelayedOperation for RacedStopper {
         while self.timer.stats().fired == 0 {
             std::thread::sleep(Duration::from_millis(1));
         }
-        // The expiry has started: it found the operation pending and waits for its lock.
-        std::thread::sleep(Duration::from_millis(100));
+        // The expiry has started: it finds the operation pending and waits for its lock (its
+        // thread goes to sleep; the reaper, if it is not the one, sleeps too).
+        wait_until_threads_sleep(RACED);
         true
     }
     fn on_complete(&mut self) {
         let p = self.p.get().and_then(Weak::upgrade).expect("alive");
         *self.returned.lock().unwrap() = Some(p.shutdown().len());
+    }
+}
+
+/// The name of [`RacedStopper`]'s purgatory (its timer's threads are named after it).
+const RACED: &str = "raced-stop";
+
+/// Waits (at most 20 s, then panics) until this process has threads whose names start with
+/// `prefix` and all of them sleep (Linux: `/proc` state `S` or `D`): blocked on a lock, parked.
+fn wait_until_threads_sleep(prefix: &str) {
+    let states = || -> Vec<String> {
+        let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+            return Vec::new();
+        };
+        dir.filter_map(|t| {
+            let t = t.ok()?.path();
+            let comm = std::fs::read_to_string(t.join("comm")).ok()?;
+            let stat = std::fs::read_to_string(t.join("stat")).ok()?;
+            // The state follows the name, which is in parentheses and may hold spaces.
+            let state = stat.rsplit_once(") ")?.1.get(..1)?.to_owned();
+            comm.starts_with(prefix).then_some(state)
+        })
+        .collect()
+    };
+    let t0 = std::time::Instant::now();
+    loop {
+        let s = states();
+        if !s.is_empty() && s.iter().all(|s| s == "S" || s == "D") {
+            return;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "{prefix}: {s:?}");
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 
@@ -436,6 +468,7 @@ fn shutdown_from_on_complete_while_the_expiry_waits_for_the_lock_does_not_deadlo
                 let clock = ManualClock::new(0);
                 let p: Arc<Purgatory<&'static str, RacedStopper>> = Arc::new(
                     Purgatory::builder()
+                        .name(RACED)
                         .clock(clock.clone())
                         .expiry_threads(expiry_threads)
                         .build(),
