@@ -10,6 +10,9 @@ use std::time::{Duration, Instant};
 
 use system_timer::{ManualClock, SystemTimer};
 
+mod common;
+use common::{thread_state, wait_for_threads_to_end};
+
 /// Runs `f` on a thread of its own and fails if it has not returned within 20 s (a hang: the
 /// thread is leaked, the test process ends anyway).
 fn within_20s<R: Send + 'static>(what: &str, f: impl FnOnce() -> R + Send + 'static) -> R {
@@ -151,27 +154,57 @@ fn a_name_with_a_nul_byte_is_a_build_error_not_a_panic() {
 
 /// A timer on the manual clock with one executor and no reaper.
 fn one_executor(clock: &ManualClock) -> Arc<SystemTimer> {
+    one_executor_named(clock, "timer")
+}
+
+/// [`one_executor`], its threads named after `name`.
+fn one_executor_named(clock: &ManualClock, name: &str) -> Arc<SystemTimer> {
     Arc::new(
         SystemTimer::builder()
             .clock(clock.clone())
+            .name(name)
             .reaper(false)
             .executor_threads(1)
             .build(),
     )
 }
 
-/// A timer on the manual clock with one executor, and a task already running on it that spins
-/// until `release` is set, then sets `finished`.
+/// Sets its flag when dropped: kept in a thread-local of a timer's thread, when that thread
+/// exits (thread-locals are destroyed before the thread ends, so before a join of it returns).
+struct SetOnThreadExit(Arc<AtomicBool>);
+
+impl Drop for SetOnThreadExit {
+    fn drop(&mut self) {
+        self.0.store(true, SeqCst);
+    }
+}
+
+thread_local! {
+    static ON_EXIT: std::cell::RefCell<Option<SetOnThreadExit>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// A timer on the manual clock with one executor (threads named after `name`), and a task
+/// already running on it that spins until `release` is set, then sets `finished`. Returns the
+/// timer and a flag that is set when the executor thread exits.
 fn timer_with_a_running_task(
+    name: &str,
     release: &Arc<AtomicBool>,
     finished: &Arc<AtomicBool>,
-) -> Arc<SystemTimer> {
+) -> (Arc<SystemTimer>, Arc<AtomicBool>) {
     let clock = ManualClock::new(0);
-    let timer = one_executor(&clock);
+    let timer = one_executor_named(&clock, name);
     let running = Arc::new(AtomicBool::new(false));
-    let (r, rel, fin) = (running.clone(), release.clone(), finished.clone());
+    let exited = Arc::new(AtomicBool::new(false));
+    let (r, rel, fin, ex) = (
+        running.clone(),
+        release.clone(),
+        finished.clone(),
+        exited.clone(),
+    );
     timer
         .add(Duration::from_millis(1), move || {
+            ON_EXIT.with(|e| *e.borrow_mut() = Some(SetOnThreadExit(ex)));
             r.store(true, SeqCst);
             while !rel.load(SeqCst) {
                 std::thread::sleep(Duration::from_millis(1));
@@ -182,7 +215,7 @@ fn timer_with_a_running_task(
     clock.advance(Duration::from_millis(1));
     assert_eq!(timer.advance(), 1);
     wait_until_started(&running);
-    timer
+    (timer, exited)
 }
 
 /// Waits (generously, only to catch a hang) until a task has set `started`.
@@ -197,62 +230,109 @@ fn wait_until_started(started: &AtomicBool) {
     }
 }
 
-/// Sets `flag` from another thread after `after`.
-fn set_later(flag: &Arc<AtomicBool>, after: Duration) {
-    let flag = flag.clone();
-    std::thread::spawn(move || {
-        std::thread::sleep(after);
-        flag.store(true, SeqCst);
-    });
+/// Calls `shutdown` on a thread named `name` (at most 15 bytes) and returns once that call
+/// waits (its thread sleeps: the only place it can, once inside the call, is the wait for the
+/// shutdown under way), or has returned; with a hang guard. The thread returns what the call
+/// returned and whether `finished` and `exited` were set when it returned.
+fn shutdown_on_a_waiting_thread(
+    name: &str,
+    timer: &Arc<SystemTimer>,
+    finished: &Arc<AtomicBool>,
+    exited: &Arc<AtomicBool>,
+) -> std::thread::JoinHandle<(usize, bool, bool)> {
+    let entering = Arc::new(AtomicBool::new(false));
+    let (timer, finished, exited, e) = (
+        timer.clone(),
+        finished.clone(),
+        exited.clone(),
+        entering.clone(),
+    );
+    let t = std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            e.store(true, SeqCst);
+            let back = timer.shutdown();
+            (back.len(), finished.load(SeqCst), exited.load(SeqCst))
+        })
+        .unwrap();
+    // Without /proc (not Linux), the release below may come before the call waits: the test
+    // then checks less, but still passes only if the call returned after the task.
+    let proc_fs = std::path::Path::new("/proc/self/task").exists();
+    let t0 = Instant::now();
+    while proc_fs && !t.is_finished() && !(entering.load(SeqCst) && thread_state(name) == Some('S'))
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the shutdown call never waited"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    t
 }
 
+/// Joins `t`, failing (not hanging) if it has not finished within 20 s.
+fn join_within_20s<R>(what: &str, t: std::thread::JoinHandle<R>) -> R {
+    let t0 = Instant::now();
+    while !t.is_finished() {
+        assert!(t0.elapsed() < Duration::from_secs(20), "{what}: hung");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    t.join().unwrap()
+}
+
+/// A shutdown called while another is under way (that one waiting for the executor, busy with a
+/// task) returns nothing, and only once the first has joined the timer's threads: the executor
+/// thread has exited by then (it sets a flag as it exits), and no thread of the timer remains
+/// (waited for: a joined thread's /proc entry may linger a moment).
 #[test]
 fn a_second_shutdown_returns_only_once_the_first_has_joined_the_threads() {
     let (release, finished) = (Arc::new(AtomicBool::new(false)), Arc::default());
-    let timer = timer_with_a_running_task(&release, &finished);
+    let (timer, exited) = timer_with_a_running_task("misuse2nd", &release, &finished);
     // The first shutdown waits for the executor, busy with the task.
     let first = {
         let timer = timer.clone();
         std::thread::spawn(move || timer.shutdown().len())
     };
+    let t0 = Instant::now();
     while !timer.is_shutdown() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the first shutdown never began"
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
-    set_later(&release, Duration::from_millis(50));
-    let second = {
-        let (timer, finished) = (timer.clone(), finished.clone());
-        within_20s("the second shutdown", move || {
-            let back = timer.shutdown();
-            (back.len(), finished.load(SeqCst))
-        })
-    };
+    let second = shutdown_on_a_waiting_thread("misuse2nd-call", &timer, &finished, &exited);
+    assert!(!second.is_finished(), "the second call did not wait");
+    release.store(true, SeqCst);
+    let second = join_within_20s("the second shutdown", second);
     assert_eq!(
         second,
-        (0, true),
-        "the second call returns nothing, after the task has finished"
+        (0, true, true),
+        "the second call returns nothing (.0), after the task has finished (.1) and the \
+         executor thread has exited (.2)"
     );
-    assert_eq!(first.join().unwrap(), 0);
+    assert_eq!(join_within_20s("the first shutdown", first), 0);
+    wait_for_threads_to_end("misuse2nd-exec");
 }
 
 #[test]
 fn a_shutdown_after_one_finishing_in_the_background_waits_for_it() {
     let (release, finished) = (Arc::new(AtomicBool::new(false)), Arc::default());
-    let timer = timer_with_a_running_task(&release, &finished);
+    let (timer, exited) = timer_with_a_running_task("misusebg", &release, &finished);
     // A shutdown that returns at once and finishes on a thread of its own, once the task has
     // returned (as one called from inside a task does).
     timer.shutdown_in_background();
     assert!(timer.is_shutdown());
-    set_later(&release, Duration::from_millis(50));
-    let t = timer.clone();
-    let fin = finished.clone();
-    let done = within_20s("shutdown", move || {
-        drop(t.shutdown());
-        fin.load(SeqCst)
-    });
+    let waiting = shutdown_on_a_waiting_thread("misusebg-call", &timer, &finished, &exited);
+    assert!(!waiting.is_finished(), "the shutdown did not wait");
+    release.store(true, SeqCst);
+    let (back, done, gone) = join_within_20s("shutdown", waiting);
+    assert_eq!(back, 0);
     assert!(
         done,
         "shutdown returned while a task of the timer still ran"
     );
+    assert!(gone, "shutdown returned before the executor thread exited");
 }
 
 #[test]

@@ -9,6 +9,9 @@ use std::time::{Duration, Instant};
 
 use system_timer::{Builder, SystemTimer, TimerTask};
 
+mod common;
+use common::within;
+
 struct Tracked {
     id: usize,
     runs: Arc<Vec<AtomicU8>>,
@@ -68,17 +71,23 @@ fn four_threads_quarter_million_ops_each_reconcile_exactly() {
             })
         })
         .collect();
-    let mut all_cancelled = Vec::new();
-    let mut handles = Vec::new();
-    for w in workers {
-        let (h, c) = w.join().unwrap();
-        handles.extend(h);
-        all_cancelled.extend(c);
-    }
+    // Joined under a hang guard: a worker stuck in `add` or `cancel` fails the test (in 120 s)
+    // instead of hanging it.
+    let (handles, all_cancelled) = within("the workers", 120, move || {
+        let mut all_cancelled = Vec::new();
+        let mut handles = Vec::new();
+        for w in workers {
+            let (h, c) = w.join().unwrap();
+            handles.extend(h);
+            all_cancelled.extend(c);
+        }
+        (handles, all_cancelled)
+    });
     assert!(t0.elapsed() < Duration::from_secs(120), "hung");
     // Let some run, then shut down while others are still pending.
     std::thread::sleep(Duration::from_millis(10));
-    let back = timer.shutdown();
+    let t = timer.clone();
+    let back = within("the shutdown", 60, move || t.shutdown());
     let mut fate = vec![0u8; THREADS * OPS]; // bit 0 ran, bit 1 cancelled, bit 2 handed back
     for (id, r) in runs.iter().enumerate() {
         match r.load(SeqCst) {

@@ -451,7 +451,10 @@ fn shutdown_returns_exactly_the_tasks_that_never_ran() {
 }
 
 /// Tasks already dispatched to the executor but not yet started are handed back by shutdown
-/// too (each task ends exactly one way).
+/// too (each task ends exactly one way). The five go to the one executor in one batch; it is
+/// stuck in the first until the shutdown has begun (`is_shutdown`: `stopping` is set, which the
+/// executor checks before each job it takes), so the other four are dispatched and unstarted
+/// when the shutdown comes, whatever the scheduling.
 #[test]
 fn shutdown_hands_back_dispatched_tasks_that_have_not_started() {
     let clock = ManualClock::new(0);
@@ -475,13 +478,25 @@ fn shutdown_hands_back_dispatched_tasks_that_have_not_started() {
     clock.advance(MS);
     assert_eq!(timer.advance(), 5, "all five dispatched to the executor");
     wait_until(|| started.load(SeqCst) == 1); // the executor is stuck in the first task
-    let r = release.clone();
-    let t = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(50));
-        r.store(true, SeqCst);
+    let back = std::thread::scope(|scope| {
+        // Releases the stuck task once the shutdown has begun (or after a hang guard: the
+        // shutdown waits for the task, so it must be released in any case).
+        let helper = scope.spawn(|| {
+            let t0 = Instant::now();
+            while !timer.is_shutdown() && t0.elapsed() < Duration::from_secs(20) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let began = timer.is_shutdown();
+            release.store(true, SeqCst);
+            began
+        });
+        let back = timer.shutdown();
+        assert!(
+            helper.join().unwrap(),
+            "hung: the shutdown never began (is_shutdown stayed false)"
+        );
+        back
     });
-    let back = timer.shutdown();
-    t.join().unwrap();
     assert_eq!(back.len(), 4, "the four queued tasks come back");
     assert_eq!(started.load(SeqCst), 1);
     let st = timer.stats();
@@ -636,34 +651,124 @@ fn advance_to_beyond_the_clock_is_clamped() {
     assert_eq!(timer.advance_to(clock.now_ms()), 1);
 }
 
-/// Kafka's blocking `advanceClock(timeout)`: returns false after waiting out the timeout with
-/// nothing due, true once a task became due (the manual clock's move wakes the wait).
+/// A manual clock that records the calls of [`Clock::sleep_for`](system_timer::Clock::sleep_for):
+/// a thread in `advance_clock` calls it once per wait, after it has read the clock (so its limit
+/// is set) and right before it sleeps (a clock move from then on wakes it: the move's unpark
+/// comes after the wait's epoch reading). The sign a test waits for before it moves the clock.
+#[derive(Clone, Debug)]
+struct SleepCountingClock {
+    clock: ManualClock,
+    /// Calls of `sleep_for` so far.
+    sleeps: Arc<AtomicUsize>,
+    /// The threads that have called `sleep_for` (since the last `clear_sleepers`).
+    sleepers: Arc<Mutex<std::collections::HashSet<std::thread::ThreadId>>>,
+}
+
+impl SleepCountingClock {
+    /// At 0.
+    fn new() -> Self {
+        SleepCountingClock {
+            clock: ManualClock::new(0),
+            sleeps: Arc::default(),
+            sleepers: Arc::default(),
+        }
+    }
+    fn sleeps(&self) -> usize {
+        self.sleeps.load(SeqCst)
+    }
+    fn sleepers(&self) -> usize {
+        self.sleepers.lock().unwrap().len()
+    }
+    fn clear_sleepers(&self) {
+        self.sleepers.lock().unwrap().clear();
+    }
+}
+
+impl system_timer::Clock for SleepCountingClock {
+    fn now_ns(&self) -> u64 {
+        self.clock.now_ns()
+    }
+    fn sleep_for(&self, deadline_ns: u64) -> Option<Duration> {
+        self.sleepers
+            .lock()
+            .unwrap()
+            .insert(std::thread::current().id());
+        self.sleeps.fetch_add(1, SeqCst);
+        system_timer::Clock::sleep_for(&self.clock, deadline_ns)
+    }
+    fn subscribe(&self, waker: std::sync::Weak<dyn Fn() + Send + Sync>) {
+        system_timer::Clock::subscribe(&self.clock, waker)
+    }
+}
+
+/// A hand-driven inline timer (Kafka's 20 buckets) on `clock`.
+fn manual_counting(clock: &SleepCountingClock) -> SystemTimer {
+    SystemTimer::builder()
+        .clock(clock.clone())
+        .reaper(false)
+        .inline()
+        .build()
+}
+
+/// Waits (20 s at most: a hang guard) until `cond` holds.
+fn wait_for(what: &str, cond: impl Fn() -> bool) {
+    let t0 = Instant::now();
+    while !cond() {
+        assert!(t0.elapsed() < Duration::from_secs(20), "hung: {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Kafka's blocking `advanceClock(timeout)`: returns true once a task became due (each manual
+/// clock move wakes the wait; a move that makes nothing due sends it back to sleep), and false
+/// after waiting out the timeout with nothing due. The clock is moved only once the waiter
+/// sleeps (it has read its limit): a move before that would push the limit out of reach of a
+/// clock that never moves again. Every wait is under a hang guard.
 #[test]
 fn advance_clock_waits_for_the_next_bucket() {
-    let clock = ManualClock::new(0);
-    let timer = Arc::new(manual(&clock, 20));
+    let clock = SleepCountingClock::new();
+    let timer = Arc::new(manual_counting(&clock));
     let log = Log::default();
-    timer.add(5 * MS, log.task(&clock, 1)).unwrap();
-    let c2 = clock.clone();
-    let mover = std::thread::spawn(move || {
-        for _ in 0..3 {
-            std::thread::sleep(Duration::from_millis(20));
-            c2.advance(2 * MS);
-        }
+    timer.add(5 * MS, log.task(&clock.clock, 1)).unwrap();
+    let base = clock.sleeps();
+    let t = timer.clone();
+    let waiter = std::thread::spawn(move || t.advance_clock(Duration::from_secs(30)));
+    // 2, 4, 6 ms: the task is due at 5 ms, so the waiter sleeps again after the first two moves.
+    for k in 1..=3 {
+        wait_for("the waiter never slept", || {
+            clock.sleeps() >= base + k || waiter.is_finished()
+        });
+        assert!(
+            !waiter.is_finished(),
+            "advance_clock returned before its task was due ({} ms)",
+            clock.clock.now_ms()
+        );
+        clock.clock.advance(2 * MS);
+    }
+    assert!(
+        join_all_within(vec![waiter])[0],
+        "the due task was dispatched"
+    );
+    assert_eq!(log.runs(1), vec![6_000_000], "run at the third move");
+    // Nothing queued: waits out a (manual-clock) timeout of 1 ms, until the clock moves past it.
+    let base = clock.sleeps();
+    let start = clock.clock.now_ns();
+    let (t, c) = (timer.clone(), clock.clock.clone());
+    let waiter = std::thread::spawn(move || {
+        let r = t.advance_clock(MS);
+        (r, c.now_ns())
     });
-    let t0 = Instant::now();
-    assert!(timer.advance_clock(Duration::from_secs(30)));
-    assert!(t0.elapsed() < Duration::from_secs(20), "hung");
-    assert_eq!(log.total(), 1);
-    mover.join().unwrap();
-    // Nothing queued: waits out a (manual-clock) timeout of 1 ms once the clock moves past it.
-    let c3 = clock.clone();
-    let mover = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(20));
-        c3.advance(5 * MS);
+    wait_for("the waiter never slept", || {
+        clock.sleeps() > base || waiter.is_finished()
     });
-    assert!(!timer.advance_clock(MS));
-    mover.join().unwrap();
+    assert!(
+        !waiter.is_finished(),
+        "advance_clock returned before its timeout had passed on the clock"
+    );
+    clock.clock.advance(5 * MS);
+    let (r, returned_at) = join_all_within(vec![waiter]).pop().unwrap();
+    assert!(!r, "nothing was due");
+    assert!(returned_at >= start + 5_000_000, "returned before the move");
 }
 
 /// Kafka's `advanceClock` returns true for any bucket it flushed, even one emptied by cancels
@@ -705,10 +810,11 @@ fn advance_clock_is_false_after_flushing_only_empty_or_cascading_buckets() {
 /// Several threads blocked in `advance_clock` on a manual clock: a clock move wakes every one
 /// of them (not one), and a shutdown ends every wait. Before, the parker woke one sleeper per
 /// unpark, and a waiter could sleep on for good after the shutdown (the clock's waker gone).
+/// The clock moves (and the shutdown comes) only once each waiter sleeps, its limit read.
 #[test]
 fn every_advance_clock_waiter_wakes_on_a_move_and_at_shutdown() {
-    let clock = ManualClock::new(0);
-    let timer = Arc::new(manual(&clock, 20));
+    let clock = SleepCountingClock::new();
+    let timer = Arc::new(manual_counting(&clock));
     let returned = Arc::new(AtomicUsize::new(0));
     let waiters: Vec<_> = (0..3)
         .map(|_| {
@@ -721,18 +827,27 @@ fn every_advance_clock_waiter_wakes_on_a_move_and_at_shutdown() {
             })
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(100));
+    wait_for("a waiter never slept", || {
+        clock.sleepers() == 3 || returned.load(SeqCst) > 0
+    });
     assert_eq!(returned.load(SeqCst), 0, "nothing moved yet");
-    clock.advance(20 * MS);
+    clock.clock.advance(20 * MS);
     assert_eq!(join_all_within(waiters), [false; 3]);
     // Waiting for ever (nothing due, an hour's limit): the shutdown ends every wait.
+    clock.clear_sleepers();
     let waiters: Vec<_> = (0..3)
         .map(|_| {
             let timer = timer.clone();
             std::thread::spawn(move || timer.advance_clock(Duration::from_secs(3600)))
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(100));
+    wait_for("a waiter never slept", || {
+        clock.sleepers() == 3 || waiters.iter().any(|w| w.is_finished())
+    });
+    assert!(
+        waiters.iter().all(|w| !w.is_finished()),
+        "a wait ended before the shutdown"
+    );
     assert!(timer.shutdown().is_empty(), "no task was added");
     assert_eq!(join_all_within(waiters), [false; 3]);
 }
@@ -892,15 +1007,29 @@ fn two_idle_executors_wake_for_two_batches() {
 /// `len()` never misses a task on its way from the wheel to the executors: read by another
 /// thread while advances move batches, `len() + fired` (fired read after) never falls below
 /// the number scheduled.
+///
+/// The poller must really read while the advances run: the advancing thread waits for it to
+/// finish reads at nine points of its loop (each such read falls between two advances, with
+/// `0 < fired < n`), and the reads during which an advance completed (the ones that can catch a
+/// batch in flight) are counted: over all rounds there must be some (per round there may be
+/// none on a loaded machine).
 #[test]
 fn len_never_undercounts_while_advances_dispatch() {
     // A few rounds: the window a broken len() would fall into is nanoseconds wide.
+    let mut straddling = 0;
     for _ in 0..4 {
-        len_round();
+        straddling += len_round();
     }
+    assert!(
+        straddling > 0,
+        "in no round did an advance complete during a read of len()"
+    );
 }
 
-fn len_round() {
+/// One round of [`len_never_undercounts_while_advances_dispatch`]: returns how many of the
+/// poller's reads an advance completed during.
+fn len_round() -> u64 {
+    const ADVANCES: usize = 2_000;
     let clock = ManualClock::new(0);
     let timer = Arc::new(
         SystemTimer::builder()
@@ -914,31 +1043,53 @@ fn len_round() {
         timer.add(MS * (1 + (i % 2_000) as u32), || ()).unwrap();
     }
     let stop = Arc::new(AtomicUsize::new(0));
-    let (t2, s2) = (timer.clone(), stop.clone());
+    // Advances completed so far, and the poller's completed reads.
+    let advanced = Arc::new(AtomicUsize::new(0));
+    let reads = Arc::new(AtomicUsize::new(0));
+    let (t2, s2, a2, r2) = (timer.clone(), stop.clone(), advanced.clone(), reads.clone());
     let poller = std::thread::spawn(move || {
         let mut worst = 0i64;
-        let mut reads = 0u64;
-        while s2.load(SeqCst) == 0 || reads == 0 {
+        // Reads taken with the advances under way and tasks both run and not yet run, and
+        // those of them during which an advance completed.
+        let (mut amid, mut straddling) = (0u64, 0u64);
+        while s2.load(SeqCst) == 0 {
+            let before = a2.load(SeqCst);
             let len = t2.len() as i64;
             let fired = t2.stats().fired as i64;
+            let after = a2.load(SeqCst);
             worst = worst.max(n as i64 - (len + fired));
-            reads += 1;
+            if 0 < before && after < ADVANCES && 0 < fired && fired < n as i64 {
+                amid += 1;
+            }
+            if after > before {
+                straddling += 1;
+            }
+            r2.fetch_add(1, SeqCst);
         }
-        (worst, reads)
+        (worst, amid, straddling)
     });
-    for _ in 0..2_000 {
+    for i in 1..=ADVANCES {
         clock.advance(MS);
         timer.advance();
+        advanced.store(i, SeqCst);
+        if i % (ADVANCES / 10) == 0 && i < ADVANCES {
+            // A read that starts after this (some task has run, at most `i` ms of the 2,000
+            // are dispatched) and ends before the next advance.
+            wait_until(|| timer.stats().fired > 0);
+            let r = reads.load(SeqCst);
+            wait_until(|| reads.load(SeqCst) >= r + 2);
+        }
     }
     wait_until(|| timer.stats().fired == n);
     stop.store(1, SeqCst);
-    let (worst, reads) = poller.join().unwrap();
-    assert!(reads > 0);
+    let (worst, amid, straddling) = join_all_within(vec![poller]).pop().unwrap();
+    assert!(amid >= 9, "only {amid} reads amid the advances");
     assert_eq!(
         worst, 0,
         "len() + fired fell {worst} below the scheduled count"
     );
     assert!(timer.is_empty());
+    straddling
 }
 
 /// Waits (up to a generous hang timeout) for a condition driven by the timer's threads.
@@ -1227,8 +1378,12 @@ fn the_default_executor_is_one_thread() {
     let ran_on = rx.recv_timeout(Duration::from_secs(20)).expect("never ran");
     assert_eq!(ran_on.as_deref(), Some("dflt1x-executor-0"));
     assert_eq!(executors(), 1);
-    drop(timer);
-    assert_eq!(executors(), 0, "no thread outlives the timer");
+    // The drop joins the executor (under a hang guard). Joined threads have exited, but the
+    // kernel may take a moment to remove their /proc entries (as in
+    // `dropping_the_timer_joins_its_threads`): wait for that, within a hang guard. A thread
+    // that really outlived the timer keeps its entry, and this fails.
+    common::within("the drop", 20, move || drop(timer));
+    common::wait_for_threads_to_end("dflt1x-executor");
 }
 
 #[test]
