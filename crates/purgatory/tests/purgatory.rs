@@ -1226,7 +1226,10 @@ fn the_own_reaper_expires_operations_on_the_real_clock() {
     };
     assert!(at >= due, "expired {:?} early", due - at);
     // Named by now (a thread names itself once it runs): the one that ran the expiry.
-    assert!(common::threads_named("realclock") > 0, "no threads of its own");
+    assert!(
+        common::threads_named("realclock") > 0,
+        "no threads of its own"
+    );
     drop(p);
     common::wait_for_threads_to_end("realclock");
 }
