@@ -2,8 +2,9 @@
 //! DelayedFetch), run by `examples/broker.rs` and checked by `tests/broker.rs`.
 //!
 //! * Partitions have a leader log end offset (LEO) and a high watermark (HW); follower threads
-//!   fetch from the leaders (their offsets move to the LEO after a random lag, sometimes a long
-//!   stall) and the leader advances the HW to the smallest follower offset.
+//!   fetch from the leaders (their offsets move to the LEO after a random lag; sometimes a
+//!   follower's fetches from half the leaders stall) and the leader advances the HW to the
+//!   smallest follower offset.
 //! * Producers append to 1–3 partitions with acks=all: a `DelayedProduce` completes when the
 //!   HW has passed its offset on every partition it wrote, or times out with its
 //!   `REQUEST_TIMED_OUT` status preset (as Kafka's `DelayedProduce`).
@@ -11,6 +12,23 @@
 //!   least `min_bytes` below the HW are available across their partitions, or at `max_wait`
 //!   with whatever there is.
 //! * Every HW move calls `check_and_complete` on both purgatories for that partition.
+//!
+//! What a run checks (its [`Report`]'s problems and [`Report::check`]):
+//! * every produce and fetch is answered exactly once; a produce reports `None` on exactly the
+//!   partitions whose HW its last `try_complete` saw at or past its offset, and
+//!   `REQUEST_TIMED_OUT` on the others (a timed-out produce included, as Kafka's);
+//! * no expiry before its timeout, nor later than [`LATE_EXPIRY`] after it;
+//! * no lost wake-up: every HW raise is logged (value and time) right after the `fetch_max` that
+//!   made it, whether or not a check follows, with the time the raising thread's checks of both
+//!   purgatories then returned. An operation must be found ready by the check that follows the
+//!   raise that made it ready (or by its own second try): found later (healed by a later check),
+//!   or expired after that check returned, or after a raise no check followed, is a lost
+//!   wake-up;
+//! * outcomes: some produces acknowledged and some fetches satisfied, some of each by a check
+//!   after they were watched;
+//! * progress: a run whose logs and HWs stop moving while a consumer is behind (a stuck
+//!   follower or producer) ends with a problem after [`Config::progress_timeout`] (or 20 times
+//!   the longest configured pause, if longer) instead of hanging.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)] // simulation threads and locks
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::SeqCst};
@@ -20,6 +38,10 @@ use std::time::{Duration, Instant};
 use purgatory::{DelayedOperation, Purgatory, ReadyHint};
 
 use crate::rng::SplitMix64;
+
+/// How much later than its timeout an expiry may come before the run reports it: generous, for
+/// a loaded 2-core machine (the timer's own precision is checked elsewhere, not here).
+pub const LATE_EXPIRY: Duration = Duration::from_secs(1);
 
 /// A produce's per-partition outcome, as Kafka's error codes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,8 +73,9 @@ pub struct Config {
     pub min_bytes: u64,
     /// Longest ordinary follower lag.
     pub follower_lag: Duration,
-    /// Every `stall_every`-th follower round stalls (longer than the produce timeout), so some
-    /// produces time out.
+    /// Every `stall_every`-th round of a follower starts a stall of twice the produce timeout,
+    /// in which it replicates only the first half of the partitions (those of the second half
+    /// wait), so some produces time out, some of them with a partition acknowledged.
     pub stall_every: u64,
     /// Pause of a producer after every 4 requests.
     pub produce_pace: Duration,
@@ -68,6 +91,16 @@ pub struct Config {
     /// re-raised) stops the high watermark, so the consumers stop fetching and the run reports
     /// it as a problem, at once: before, they fetched until `max_fetches` (hours).
     pub follower_panics_in_round: Option<u64>,
+    /// Fault injection: follower 0 stops in its round of this number (`None`: never) and stays
+    /// stopped, without a panic, until the run ends. The HW stops moving; the run must end by
+    /// its no-progress detection (see `progress_timeout`), with a problem.
+    pub follower_stalls_in_round: Option<u64>,
+    /// A consumer that has not caught up stops, and the run reports it as a problem, once no
+    /// append and no HW move has happened for this long, or for 20 times the longest pause the
+    /// configuration makes (a follower stall of twice the produce timeout, the follower lag, the
+    /// producers' pace, the fetch wait), if that is longer: something is stuck. Before, such a
+    /// run fetched until `max_fetches` (hours).
+    pub progress_timeout: Duration,
 }
 
 impl Default for Config {
@@ -88,12 +121,25 @@ impl Default for Config {
             seed: 42,
             max_fetches: 1_000_000,
             follower_panics_in_round: None,
+            follower_stalls_in_round: None,
+            progress_timeout: Duration::from_secs(10),
         }
     }
 }
 
+impl Config {
+    /// How long without an append or a HW move counts as stuck (see `progress_timeout`).
+    fn stuck_after(&self) -> Duration {
+        let longest = (self.produce_timeout * 2) // a follower's stall
+            .max(self.follower_lag)
+            .max(self.produce_pace)
+            .max(self.fetch_max_wait);
+        self.progress_timeout.max(longest.saturating_mul(20))
+    }
+}
+
 /// What the simulation observed; [`Report::check`] says whether every request was answered
-/// exactly once with the right status.
+/// exactly once with the right status, and the run's outcomes are plausible.
 #[derive(Debug, Default)]
 pub struct Report {
     /// Produce requests issued.
@@ -102,12 +148,22 @@ pub struct Report {
     pub produces_acked: usize,
     /// Produce responses that timed out (some partition `REQUEST_TIMED_OUT`).
     pub produces_timed_out: usize,
+    /// Of those, the ones with some partition acknowledged (`None`).
+    pub produces_partly_acked: usize,
+    /// Produces found ready by a check after their `try_complete_else_watch` had returned (a
+    /// lower bound of those a check completed: one completed by a check racing the call's
+    /// return is not counted).
+    pub produces_woken: usize,
     /// Fetch requests issued.
     pub fetches: usize,
     /// Fetches answered before `max_wait` (with at least `min_bytes`).
     pub fetches_satisfied: usize,
     /// Fetches answered at `max_wait`.
     pub fetches_expired: usize,
+    /// Fetches found ready by a check after they were watched (as `produces_woken`).
+    pub fetches_woken: usize,
+    /// The latest expiry, past its timeout (produces and fetches).
+    pub max_expiry_lateness: Duration,
     /// Problems found (empty when everything checked out).
     pub problems: Vec<String>,
     /// Wall time.
@@ -115,111 +171,276 @@ pub struct Report {
 }
 
 impl Report {
-    /// Ok if every produce and fetch was answered exactly once with a consistent status.
+    /// Ok if every produce and fetch was answered exactly once with a consistent status, and
+    /// the outcomes show the checks at work: a run that issued produces must have acknowledged
+    /// some, and woken some (found them ready by a check after they were watched); one that
+    /// issued fetches, satisfied some and woken some. (Counts, not rates: every configuration
+    /// the simulation ships makes hundreds of each even on a loaded machine; a zero means the
+    /// checks completed nothing.)
     pub fn check(&self) -> Result<(), String> {
-        if self.problems.is_empty() {
+        let mut problems = self.problems.clone();
+        if self.produces > 0 && self.produces_acked == 0 {
+            problems.push(format!(
+                "none of {} produces was acknowledged",
+                self.produces
+            ));
+        }
+        if self.produces > 0 && self.produces_woken == 0 {
+            problems.push(format!(
+                "none of {} produces was completed by a check after it was watched",
+                self.produces
+            ));
+        }
+        if self.fetches > 0 && self.fetches_satisfied == 0 {
+            problems.push(format!("none of {} fetches was satisfied", self.fetches));
+        }
+        if self.fetches > 0 && self.fetches_woken == 0 {
+            problems.push(format!(
+                "none of {} fetches was completed by a check after it was watched",
+                self.fetches
+            ));
+        }
+        if problems.is_empty() {
             Ok(())
         } else {
-            Err(self.problems.join("\n"))
+            Err(problems.join("\n"))
         }
     }
+}
+
+/// A raise of a partition's HW.
+#[derive(Clone, Copy, Debug)]
+struct Raise {
+    /// The HW it raised to.
+    hw: u64,
+    /// Read right after the `fetch_max` that raised it.
+    at: Instant,
+    /// When the raising thread's checks of both purgatories, which follow the raise, had
+    /// returned (`None`: no check followed, or not yet).
+    checked: Option<Instant>,
 }
 
 struct Partition {
     leo: AtomicU64,
     hw: AtomicU64,
     followers: Vec<AtomicU64>,
-    /// Each HW a follower raised, with the time its checks of both purgatories had returned:
-    /// an operation ready by then must have completed (see `DelayedProduce::on_expiration`).
-    checked: Mutex<Vec<(u64, Instant)>>,
+    /// Every raise of the HW, written right after the raise whether or not a check follows (the
+    /// raising thread fills in `checked` of its own raise once its checks have returned): the
+    /// lost-wake-up oracle (see `lost_wake_up`) knows every HW move, not only the checked ones.
+    raises: Mutex<Vec<Raise>>,
 }
 
 struct Log {
     partitions: Vec<Partition>,
+    /// The run's start, and the last append or HW raise (ns after `t0`): progress.
+    t0: Instant,
+    progress: AtomicU64,
 }
 
 impl Log {
+    fn new(partitions: u32, followers: usize) -> Log {
+        Log {
+            partitions: (0..partitions)
+                .map(|_| Partition {
+                    leo: AtomicU64::new(0),
+                    hw: AtomicU64::new(0),
+                    followers: (0..followers).map(|_| AtomicU64::new(0)).collect(),
+                    raises: Mutex::new(Vec::new()),
+                })
+                .collect(),
+            t0: Instant::now(),
+            progress: AtomicU64::new(0),
+        }
+    }
+
     fn hw(&self, p: u32) -> u64 {
         self.partitions[p as usize].hw.load(SeqCst)
     }
 
-    /// When the checks of the partitions in `parts` (partition, fetch offset) had first made
-    /// `min_bytes` available in total, going by the HW each check followed: the time the
-    /// fetch must have completed by, if it has come.
-    fn checked_bytes(&self, parts: &[(u32, u64)], min_bytes: u64) -> Option<Instant> {
-        let mut moves: Vec<(Instant, usize, u64)> = Vec::new();
-        for (k, &(p, _)) in parts.iter().enumerate() {
-            let checked = self.partitions[p as usize].checked.lock().unwrap();
-            moves.extend(checked.iter().map(|&(hw, at)| (at, k, hw)));
-        }
-        moves.sort_by_key(|m| m.0);
-        let mut hw = vec![0u64; parts.len()];
-        moves.into_iter().find_map(|(at, k, h)| {
-            hw[k] = hw[k].max(h);
-            let available: u64 = parts
+    fn note_progress(&self) {
+        let now = u64::try_from(self.t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.progress.fetch_max(now, SeqCst);
+    }
+
+    /// How long since the last append or HW raise.
+    fn idle_for(&self) -> Duration {
+        let last = Duration::from_nanos(self.progress.load(SeqCst));
+        self.t0.elapsed().saturating_sub(last)
+    }
+
+    /// Appends `bytes` to partition `p`: the new LEO.
+    fn append(&self, p: u32, bytes: u64) -> u64 {
+        let end = self.partitions[p as usize].leo.fetch_add(bytes, SeqCst) + bytes;
+        self.note_progress();
+        end
+    }
+
+    /// Logs a raise of partition `p`'s HW to `hw` (just done): its index in the log.
+    fn note_raise(&self, p: usize, hw: u64) -> usize {
+        let at = Instant::now();
+        self.note_progress();
+        let mut raises = self.partitions[p].raises.lock().unwrap();
+        raises.push(Raise {
+            hw,
+            at,
+            checked: None,
+        });
+        raises.len() - 1
+    }
+
+    /// Notes that the checks following raise `i` of partition `p` have returned.
+    fn note_checked(&self, p: usize, i: usize) {
+        self.partitions[p].raises.lock().unwrap()[i].checked = Some(Instant::now());
+    }
+
+    /// The raise log, each partition's sorted by time (for the final pass, once the followers
+    /// have stopped).
+    fn raises(&self) -> Raises {
+        Raises(
+            self.partitions
                 .iter()
-                .zip(&hw)
-                .map(|(&(_, off), &h)| h.saturating_sub(off))
-                .sum();
-            (available >= min_bytes).then_some(at)
-        })
-    }
-
-    /// When the first check of partition `p` after its HW reached `offset` had returned, if
-    /// one has.
-    fn checked_past(&self, p: u32, offset: u64) -> Option<Instant> {
-        let checked = self.partitions[p as usize].checked.lock().unwrap();
-        checked
-            .iter()
-            .filter(|&&(hw, _)| hw >= offset)
-            .map(|&(_, at)| at)
-            .min()
-    }
-
-    /// When, for every (partition, offset) of `parts`, such a check had returned, if it has
-    /// for all of them: the time a produce needing those offsets must have completed by.
-    fn checked_past_all(&self, mut parts: impl Iterator<Item = (u32, u64)>) -> Option<Instant> {
-        parts.try_fold(None, |latest: Option<Instant>, (p, offset)| {
-            let at = self.checked_past(p, offset)?;
-            Some(Some(latest.map_or(at, |l| l.max(at))))
-        })?
+                .map(|part| {
+                    let mut raises = part.raises.lock().unwrap().clone();
+                    raises.sort_by_key(|r| r.at);
+                    raises
+                })
+                .collect(),
+        )
     }
 }
 
-/// A lost wake-up healed by a later check: how much later than `due` (the first time it was
-/// both watched, `entered`, and made ready by a check that had returned, `ready_by`) the
-/// operation was found ready (`found`, taken in `try_complete`, before the purgatory marks it
-/// completed, so before a check that returns at once on seeing it completed).
-fn found_late(
-    ready_by: Option<Instant>,
+/// The raise log of every partition, each sorted by time.
+struct Raises(Vec<Vec<Raise>>);
+
+impl Raises {
+    /// The raise that first made `ready` hold of the HWs of `parts` (in order), going by the
+    /// raises in the order of their times: every raise up to it had been made (its `fetch_max`
+    /// done) by its time, so the checks that follow it see them all.
+    fn first_ready(&self, parts: &[u32], ready: impl Fn(&[u64]) -> bool) -> Option<Raise> {
+        let mut hw = vec![0u64; parts.len()];
+        let mut next = vec![0usize; parts.len()];
+        loop {
+            // The earliest raise not yet taken, across the partitions.
+            let (k, raise) = parts
+                .iter()
+                .enumerate()
+                .filter_map(|(k, &p)| self.0[p as usize].get(next[k]).map(|r| (k, *r)))
+                .min_by_key(|(_, r)| r.at)?;
+            next[k] += 1;
+            hw[k] = hw[k].max(raise.hw);
+            if ready(&hw) {
+                return Some(raise);
+            }
+        }
+    }
+}
+
+/// Whether an operation missed the wake-up of `made_ready`, the raise that made it ready (see
+/// `Raises::first_ready`), and how (the problem's text). `entered`: when its
+/// `try_complete_else_watch` returned (its second try done, after its watches); `found`: when
+/// `try_complete` found it ready (`None`: completed by expiry), taken before the purgatory marks
+/// it completed; `expired_by`: if it expired, a time no later than the expiry's marking it
+/// completed (see `expired_by`).
+///
+/// Once it was watched, the check that follows `made_ready` must find it ready (it sees every
+/// raise up to that one, and a visit finds it pending, or completed: found ready earlier); if
+/// `made_ready` came before the second try, that try found it ready. So found ready after both
+/// (`entered` and that check's return) is a lost wake-up that a later check healed, and expired
+/// after that check returned is one that nothing healed. A raise that no check followed (the
+/// simulation skipped it) leaves waiting every operation it made ready: found ready after that
+/// raise (and `entered`), or expired after it, is a lost wake-up too.
+fn lost_wake_up(
+    made_ready: Option<Raise>,
     entered: Instant,
     found: Option<Instant>,
-) -> Option<Duration> {
-    let due = ready_by?.max(entered);
-    let found = found?;
-    (found > due).then(|| found - due)
+    expired_by: Option<Instant>,
+) -> Option<String> {
+    let r = made_ready?;
+    match (found, expired_by, r.checked) {
+        (Some(found), _, Some(checked)) => {
+            let due = checked.max(entered);
+            (found > due).then(|| {
+                format!(
+                    "found ready {:?} after the check following the HW move that made it ready \
+                     had returned (a lost wake-up, healed by a later check)",
+                    found - due
+                )
+            })
+        }
+        (Some(found), _, None) => {
+            let due = r.at.max(entered);
+            (found > due).then(|| {
+                format!(
+                    "found ready {:?} after the HW move (to {}) that made it ready, which no \
+                     check followed (a lost wake-up, healed by a later check)",
+                    found - due,
+                    r.hw
+                )
+            })
+        }
+        (None, Some(expired_by), Some(checked)) => (checked < expired_by).then(|| {
+            format!(
+                "expired although the check following the HW move that made it ready had \
+                 returned {:?} before (a lost wake-up)",
+                expired_by - checked
+            )
+        }),
+        (None, Some(expired_by), None) => (r.at < expired_by).then(|| {
+            format!(
+                "expired {:?} after the HW move (to {}) that made it ready, which no check \
+                 followed (a lost wake-up)",
+                expired_by - r.at,
+                r.hw
+            )
+        }),
+        (None, None, _) => None,
+    }
 }
 
-/// One produce response: per partition, the status and the HW when the response was built.
+/// For an expired operation: a time no later than the expiry's marking it completed, so that
+/// a check that returned before it had visited the operation pending. Both bounds hold: the
+/// timer fires no earlier than `issued + timeout` (an early expiry is reported on its own), and
+/// `on_complete` begins after the mark. Not `completing_at` alone: a check that visits the
+/// operation once the expiry has marked it returns at once, without the lock, possibly before
+/// `on_complete` has read the clock (with an `on_complete` that takes time, often).
+fn expired_by(completing_at: Instant, issued: Instant, timeout: Duration) -> Instant {
+    completing_at.min(issued + timeout)
+}
+
+/// One produce partition: its required offset, its status (preset to `RequestTimedOut`), and
+/// the HW its status was last decided on.
+#[derive(Clone, Copy, Debug)]
+struct ProducePart {
+    p: u32,
+    required: u64,
+    status: Status,
+    /// The HW the last `try_complete` that looked at this partition read.
+    hw_seen: u64,
+}
+
+/// One produce response.
 struct ProduceResponse {
-    statuses: Vec<(u32, u64, Status, u64)>,
+    /// Per partition, with the HW when the response was built.
+    statuses: Vec<(ProducePart, u64)>,
     expired: bool,
     /// Expired before its timeout had passed (the timer promises never early).
     expired_early: bool,
+    /// How long after its timeout it expired (zero if not expired).
+    expiry_lateness: Duration,
     /// When `try_complete` found it ready (`None`: completed by expiry). Before the purgatory
     /// marks it completed, so before any check that sees it completed returns.
     ready_at: Option<Instant>,
-    /// Expired although, for every partition, a check after its HW reached the offset had
-    /// already returned: that check must have completed it (a lost wake-up).
-    expired_when_ready: bool,
+    /// If expired: no later than the expiry marked it completed (see `expired_by`).
+    expired_by: Option<Instant>,
 }
 
 /// Kafka's `DelayedProduce` (acks = all).
 struct DelayedProduce {
     id: usize,
     log: Arc<Log>,
-    /// (partition, required offset, status: preset to `RequestTimedOut`).
-    parts: Vec<(u32, u64, Status)>,
+    parts: Vec<ProducePart>,
+    /// Per partition, set once `try_complete` has acknowledged it: what the ready hint reads.
+    acked: Arc<Vec<AtomicBool>>,
     expired: bool,
     /// Read before the purgatory took it, and its timeout: an expiry must not come earlier.
     issued: Instant,
@@ -234,24 +455,39 @@ struct DelayedProduce {
 
 impl DelayedOperation for DelayedProduce {
     fn try_complete(&mut self) -> bool {
-        for (p, required, status) in &mut self.parts {
-            if *status != Status::None && self.log.hw(*p) >= *required {
-                *status = Status::None;
+        for (part, acked) in self.parts.iter_mut().zip(self.acked.iter()) {
+            if part.status != Status::None {
+                part.hw_seen = self.log.hw(part.p);
+                if part.hw_seen >= part.required {
+                    part.status = Status::None;
+                    acked.store(true, SeqCst);
+                }
             }
         }
-        let ready = self.parts.iter().all(|(_, _, s)| *s == Status::None);
+        let ready = self.parts.iter().all(|part| part.status == Status::None);
         if ready {
             self.ready_at = Some(Instant::now());
         }
         ready
     }
     fn ready_hint(&self) -> Option<ReadyHint> {
-        // High watermarks only grow, so "every partition's HW has reached its offset" is what
-        // try_complete will find; a check skips this produce without its lock until then.
-        let log = Arc::clone(&self.log);
-        let needs: Vec<(u32, u64)> = self.parts.iter().map(|&(p, r, _)| (p, r)).collect();
+        // A check skips this produce without its lock while try_complete would change nothing:
+        // no partition it has not acknowledged yet has its HW at the offset (HWs only grow).
+        // Not "until every partition's HW has reached its offset": try_complete acknowledges
+        // partitions one by one, and a produce that then times out reports NONE for those (as
+        // Kafka's, whose every check runs tryComplete); a hint that skipped the partial steps
+        // would report them REQUEST_TIMED_OUT.
+        let (log, acked) = (Arc::clone(&self.log), Arc::clone(&self.acked));
+        let needs: Vec<(u32, u64)> = self
+            .parts
+            .iter()
+            .map(|part| (part.p, part.required))
+            .collect();
         Some(ReadyHint::new(move || {
-            needs.iter().all(|&(p, r)| log.hw(p) >= r)
+            needs
+                .iter()
+                .zip(acked.iter())
+                .any(|(&(p, r), a)| !a.load(SeqCst) && log.hw(p) >= r)
         }))
     }
     fn on_complete(&mut self) {
@@ -262,33 +498,27 @@ impl DelayedOperation for DelayedProduce {
         let statuses = self
             .parts
             .iter()
-            .map(|&(p, r, s)| (p, r, s, self.log.hw(p)))
+            .map(|&part| (part, self.log.hw(part.p)))
             .collect();
         self.answered[self.id].fetch_add(1, SeqCst);
         *self.responses[self.id].lock().unwrap() = Some(ProduceResponse {
             statuses,
             expired: false,
             expired_early: false,
+            expiry_lateness: Duration::ZERO,
             ready_at: self.ready_at,
-            expired_when_ready: false,
+            expired_by: None,
         });
     }
     fn on_expiration(&mut self) {
         self.expired = true;
-        // A check that visits the operation once the expiry has marked it completed (just
-        // before on_complete) returns at once, without the lock: only a check that had
-        // returned before on_complete began must have completed it (or it was watched after the
-        // HW move, and its own second try saw the HW). Not "before now": with an on_complete
-        // that takes time (a response sent), a HW move during it was reported as a lost
-        // wake-up.
-        let now = self.completing_at.expect("on_complete ran first");
-        let ready_since = self
-            .log
-            .checked_past_all(self.parts.iter().map(|&(p, required, _)| (p, required)));
+        let elapsed = self.issued.elapsed();
+        let completing_at = self.completing_at.expect("on_complete ran first");
         if let Some(r) = self.responses[self.id].lock().unwrap().as_mut() {
             r.expired = true;
-            r.expired_early = self.issued.elapsed() < self.timeout;
-            r.expired_when_ready = ready_since.is_some_and(|at| at < now);
+            r.expired_early = elapsed < self.timeout;
+            r.expiry_lateness = elapsed.saturating_sub(self.timeout);
+            r.expired_by = Some(expired_by(completing_at, self.issued, self.timeout));
         }
     }
 }
@@ -305,9 +535,10 @@ struct FetchResponse {
     ready_at: Option<Instant>,
     /// Expired before `max_wait` had passed (the timer promises never early).
     expired_early: bool,
-    /// Expired although checks that had already returned made `min_bytes` available: they
-    /// must have completed it (a lost wake-up).
-    expired_when_ready: bool,
+    /// How long after `max_wait` it expired (zero if not expired).
+    expiry_lateness: Duration,
+    /// If expired: no later than the expiry marked it completed (see `expired_by`).
+    expired_by: Option<Instant>,
 }
 
 /// Kafka's `DelayedFetch` (a consumer reading up to the HW).
@@ -320,7 +551,7 @@ struct DelayedFetch {
     /// Read before the purgatory took it, and its `max_wait`: an expiry must not come earlier.
     issued: Instant,
     max_wait: Duration,
-    /// When `on_complete` began (see `DelayedProduce::on_expiration`).
+    /// When `on_complete` began (see `expired_by`).
     completing_at: Option<Instant>,
     /// When `try_complete` found it ready.
     ready_at: Option<Instant>,
@@ -332,7 +563,8 @@ struct DelayedFetch {
     completed: bool,
     expired: bool,
     expired_early: bool,
-    expired_when_ready: bool,
+    expiry_lateness: Duration,
+    expired_by: Option<Instant>,
 }
 
 impl DelayedFetch {
@@ -381,13 +613,11 @@ impl DelayedOperation for DelayedFetch {
     }
     fn on_expiration(&mut self) {
         self.expired = true;
-        self.expired_early = self.issued.elapsed() < self.max_wait;
-        // As for produces: a check that had returned before on_complete began visited it.
-        let now = self.completing_at.expect("on_complete ran first");
-        self.expired_when_ready = self
-            .log
-            .checked_bytes(&self.parts, self.min_bytes)
-            .is_some_and(|at| at < now);
+        let elapsed = self.issued.elapsed();
+        self.expired_early = elapsed < self.max_wait;
+        self.expiry_lateness = elapsed.saturating_sub(self.max_wait);
+        let completing_at = self.completing_at.expect("on_complete ran first");
+        self.expired_by = Some(expired_by(completing_at, self.issued, self.max_wait));
     }
 }
 
@@ -408,7 +638,8 @@ impl Drop for DelayedFetch {
                 expired: self.expired,
                 ready_at: self.ready_at,
                 expired_early: self.expired_early,
-                expired_when_ready: self.expired_when_ready,
+                expiry_lateness: self.expiry_lateness,
+                expired_by: self.expired_by,
             },
         ));
     }
@@ -423,6 +654,26 @@ impl Drop for SetOnPanic {
             self.0.store(true, SeqCst);
         }
     }
+}
+
+/// A fetch as the final pass judges it (see `lost_wake_up`).
+struct FetchRecord {
+    id: usize,
+    parts: Vec<(u32, u64)>,
+    entered: Instant,
+    ready_at: Option<Instant>,
+    expired_by: Option<Instant>,
+}
+
+/// What a consumer thread saw.
+#[derive(Default)]
+struct ConsumerOutcome {
+    satisfied: usize,
+    expired: usize,
+    woken: usize,
+    max_expiry_lateness: Duration,
+    problems: Vec<String>,
+    fetches: Vec<FetchRecord>,
 }
 
 /// Runs the simulation.
@@ -440,16 +691,7 @@ pub fn run(cfg: &Config) -> Report {
             ..Report::default()
         };
     }
-    let log = Arc::new(Log {
-        partitions: (0..cfg.partitions)
-            .map(|_| Partition {
-                leo: AtomicU64::new(0),
-                hw: AtomicU64::new(0),
-                followers: (0..cfg.followers).map(|_| AtomicU64::new(0)).collect(),
-                checked: Mutex::new(Vec::new()),
-            })
-            .collect(),
-    });
+    let log = Arc::new(Log::new(cfg.partitions, cfg.followers));
     let produce: Arc<Purgatory<u32, DelayedProduce>> =
         Arc::new(Purgatory::builder().name("produce").build());
     let fetch: Arc<Purgatory<u32, DelayedFetch>> =
@@ -482,18 +724,38 @@ pub fn run(cfg: &Config) -> Report {
                 let _died = died;
                 let mut rng = SplitMix64::new(cfg.seed ^ (0xF0 + f as u64));
                 let mut round = 0u64;
+                let mut stalled_until: Option<Instant> = None;
                 while !stop.load(SeqCst) {
                     round += 1;
                     if f == 0 && cfg.follower_panics_in_round == Some(round) {
                         panic!("follower 0: injected panic in round {round}");
                     }
-                    let lag = if cfg.stall_every > 0 && round.is_multiple_of(cfg.stall_every) {
-                        cfg.produce_timeout * 2
+                    if f == 0 && cfg.follower_stalls_in_round == Some(round) {
+                        // Stuck (injected), until the run ends.
+                        while !stop.load(SeqCst) {
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
+                        break;
+                    }
+                    if cfg.stall_every > 0 && round.is_multiple_of(cfg.stall_every) {
+                        stalled_until = Some(Instant::now() + cfg.produce_timeout * 2);
+                    }
+                    let lag = rng.next() % cfg.follower_lag.as_nanos().max(1) as u64;
+                    std::thread::sleep(Duration::from_nanos(lag));
+                    // A stall: this follower's fetches from the second half of the partitions'
+                    // leaders hang (their HW stops) while the first half's go on, so a produce
+                    // on both halves times out with some partitions acknowledged (they must
+                    // report NONE, as in Kafka). With one partition, it stops.
+                    let stalled = stalled_until.is_some_and(|until| Instant::now() < until);
+                    let stalled_from = if stalled {
+                        log.partitions.len() / 2
                     } else {
-                        Duration::from_nanos(rng.next() % cfg.follower_lag.as_nanos().max(1) as u64)
+                        usize::MAX
                     };
-                    std::thread::sleep(lag);
                     for (p, part) in log.partitions.iter().enumerate() {
+                        if p >= stalled_from {
+                            break;
+                        }
                         part.followers[f].store(part.leo.load(SeqCst), SeqCst);
                         // The leader's HW: the smallest offset every replica has.
                         let min = part
@@ -502,10 +764,16 @@ pub fn run(cfg: &Config) -> Report {
                             .map(|o| o.load(SeqCst))
                             .min()
                             .unwrap_or(0);
-                        if part.hw.fetch_max(min, SeqCst) < min {
+                        let raised = part.hw.fetch_max(min, SeqCst) < min;
+                        // Logged apart from the checks below, whether or not they run: a HW
+                        // move that no check follows is what the lost-wake-up oracle must see.
+                        let raise = raised.then(|| log.note_raise(p, min));
+                        if raised {
                             produce.check_and_complete(&(p as u32));
                             fetch.check_and_complete(&(p as u32));
-                            part.checked.lock().unwrap().push((min, Instant::now()));
+                            if let Some(i) = raise {
+                                log.note_checked(p, i);
+                            }
                         }
                     }
                 }
@@ -536,13 +804,18 @@ pub fn run(cfg: &Config) -> Report {
                     for k in 0..n_parts.min(cfg.partitions) {
                         let p = (first + k) % cfg.partitions;
                         let bytes = 100 + rng.next() % 900;
-                        let end = log.partitions[p as usize].leo.fetch_add(bytes, SeqCst) + bytes;
-                        parts.push((p, end, Status::RequestTimedOut));
+                        parts.push(ProducePart {
+                            p,
+                            required: log.append(p, bytes),
+                            status: Status::RequestTimedOut,
+                            hw_seen: 0,
+                        });
                         keys.push(p);
                     }
                     let op = DelayedProduce {
                         id,
                         log: log.clone(),
+                        acked: Arc::new(parts.iter().map(|_| AtomicBool::new(false)).collect()),
                         parts,
                         expired: false,
                         issued: Instant::now(),
@@ -569,6 +842,7 @@ pub fn run(cfg: &Config) -> Report {
     let fetches_issued = Arc::new(AtomicUsize::new(0));
     let fetch_answered: Arc<Vec<AtomicU8>> =
         Arc::new((0..cfg.max_fetches).map(|_| AtomicU8::new(0)).collect());
+    let stuck_after = cfg.stuck_after();
     let consumers: Vec<_> = (0..cfg.consumers)
         .map(|c| {
             let (log, fetch, producing, issued, answered, cfg) = (
@@ -586,7 +860,7 @@ pub fn run(cfg: &Config) -> Report {
                     .collect();
                 let mut offsets: Vec<u64> = vec![0; mine.len()];
                 let (tx, rx) = mpsc::channel();
-                let mut outcomes = (0usize, 0usize, Vec::new());
+                let mut out = ConsumerOutcome::default();
                 // Bytes the responses carried: the consumer read exactly these.
                 let mut delivered = 0u64;
                 loop {
@@ -599,15 +873,24 @@ pub fn run(cfg: &Config) -> Report {
                         break;
                     }
                     if follower_died.load(SeqCst) {
-                        outcomes.2.push(format!(
+                        out.problems.push(format!(
                             "consumer {c} stopped before catching up: a follower died"
+                        ));
+                        break;
+                    }
+                    let idle = log.idle_for();
+                    if idle > stuck_after {
+                        out.problems.push(format!(
+                            "consumer {c} stopped before catching up: no progress (no append, \
+                             no HW move) for {idle:?} (a stuck follower or producer; the \
+                             limit is {stuck_after:?})"
                         ));
                         break;
                     }
                     let id = issued.fetch_add(1, SeqCst);
                     if id >= answered.len() {
                         // Not silently: the partitions it had not read are never checked.
-                        outcomes.2.push(format!(
+                        out.problems.push(format!(
                             "consumer {c} stopped before catching up: the fetch log ({} \
                              fetches) is full; shorten the run",
                             answered.len()
@@ -632,7 +915,8 @@ pub fn run(cfg: &Config) -> Report {
                         completed: false,
                         expired: false,
                         expired_early: false,
-                        expired_when_ready: false,
+                        expiry_lateness: Duration::ZERO,
+                        expired_by: None,
                     };
                     if fetch
                         .try_complete_else_watch(op, cfg.fetch_max_wait, &mine)
@@ -644,44 +928,46 @@ pub fn run(cfg: &Config) -> Report {
                     let Ok((rid, resp)) =
                         rx.recv_timeout(cfg.fetch_max_wait * 20 + Duration::from_secs(10))
                     else {
-                        outcomes.2.push(format!("fetch {id} never answered"));
+                        out.problems.push(format!("fetch {id} never answered"));
                         break;
                     };
                     if rid != id {
-                        outcomes.2.push(format!("fetch {id}: response for {rid}"));
-                    }
-                    if resp.expired_when_ready {
-                        outcomes.2.push(format!(
-                            "fetch {id}: expired although a check had made its bytes available \
-                             (a lost wake-up)"
-                        ));
+                        out.problems.push(format!("fetch {id}: response for {rid}"));
                     }
                     if resp.expired_early {
-                        outcomes
-                            .2
+                        out.problems
                             .push(format!("fetch {id}: expired before its max wait"));
                     }
-                    // As for produces (see the final pass of `run`): once it was watched and the
-                    // checks of its partitions had made `min_bytes` available, it must have been
-                    // found ready; found later is a lost wake-up, even if a later check healed it.
-                    let checked = log.checked_bytes(&parts, cfg.min_bytes);
-                    if let Some(late) = found_late(checked, entered, resp.ready_at) {
-                        outcomes.2.push(format!(
-                            "fetch {id}: found ready {late:?} after a check that made its bytes \
-                             available had returned (a lost wake-up, healed by a later check)"
+                    if resp.expiry_lateness > LATE_EXPIRY {
+                        out.problems.push(format!(
+                            "fetch {id}: expired {:?} after its max wait (more than {:?})",
+                            resp.expiry_lateness, LATE_EXPIRY
                         ));
                     }
+                    out.max_expiry_lateness = out.max_expiry_lateness.max(resp.expiry_lateness);
+                    if resp.ready_at.is_some_and(|at| at > entered) {
+                        out.woken += 1;
+                    }
                     if resp.expired {
-                        outcomes.1 += 1;
+                        out.expired += 1;
                     } else {
-                        outcomes.0 += 1;
+                        out.satisfied += 1;
                         if resp.bytes < cfg.min_bytes {
-                            outcomes.2.push(format!(
+                            out.problems.push(format!(
                                 "fetch {id} answered early with {} < min bytes",
                                 resp.bytes
                             ));
                         }
                     }
+                    // Judged for lost wake-ups in the final pass, once every check has
+                    // returned (the one that completed this fetch may not have yet).
+                    out.fetches.push(FetchRecord {
+                        id,
+                        parts,
+                        entered,
+                        ready_at: resp.ready_at,
+                        expired_by: resp.expired_by,
+                    });
                     // Continue where the data the response carried ends (as a Kafka consumer
                     // does), not at the HW now: that may have moved on since the response was
                     // built, and the bytes in between were never delivered.
@@ -692,12 +978,12 @@ pub fn run(cfg: &Config) -> Report {
                 }
                 let advanced: u64 = offsets.iter().sum();
                 if delivered != advanced {
-                    outcomes.2.push(format!(
+                    out.problems.push(format!(
                         "consumer {c}: its responses carried {delivered} bytes but its offsets \
                          advanced over {advanced}"
                     ));
                 }
-                outcomes
+                out
             })
         })
         .collect();
@@ -733,11 +1019,15 @@ pub fn run(cfg: &Config) -> Report {
         produces: n_produces,
         ..Report::default()
     };
+    let mut fetch_records = Vec::new();
     for c in consumers {
-        let (ok, expired, problems) = c.join().expect("consumer panicked");
-        report.fetches_satisfied += ok;
-        report.fetches_expired += expired;
-        report.problems.extend(problems);
+        let out = c.join().expect("consumer panicked");
+        report.fetches_satisfied += out.satisfied;
+        report.fetches_expired += out.expired;
+        report.fetches_woken += out.woken;
+        report.max_expiry_lateness = report.max_expiry_lateness.max(out.max_expiry_lateness);
+        report.problems.extend(out.problems);
+        fetch_records.extend(out.fetches);
     }
     // Let every produce be answered (acked, or timed out) before stopping the followers.
     let deadline = Instant::now() + cfg.produce_timeout * 4 + Duration::from_secs(20);
@@ -778,6 +1068,25 @@ pub fn run(cfg: &Config) -> Report {
                 .push(format!("fetch {id} answered {} times", a.load(SeqCst)));
         }
     }
+    // The followers have stopped: every raise is logged, and every check has returned.
+    let raises = log.raises();
+    // Fetches: lost wake-ups (see `lost_wake_up`), now that every check has returned.
+    fetch_records.sort_by_key(|f| f.id);
+    for f in &fetch_records {
+        let keys: Vec<u32> = f.parts.iter().map(|&(p, _)| p).collect();
+        let made_ready = raises.first_ready(&keys, |hw| {
+            let available: u64 = f
+                .parts
+                .iter()
+                .zip(hw)
+                .map(|(&(_, off), &h)| h.saturating_sub(off))
+                .sum();
+            available >= cfg.min_bytes
+        });
+        if let Some(problem) = lost_wake_up(made_ready, f.entered, f.ready_at, f.expired_by) {
+            report.problems.push(format!("fetch {}: {problem}", f.id));
+        }
+    }
     // Produces: exactly once, statuses consistent with the HW and with expiry.
     for id in 0..n_produces {
         let n = produce_answered[id].load(SeqCst);
@@ -789,32 +1098,69 @@ pub fn run(cfg: &Config) -> Report {
         }
         let guard = responses[id].lock().unwrap();
         let r = guard.as_ref().expect("answered produce has a response");
-        // Once its try_complete_else_watch had returned and, for each partition, a check after
-        // the HW reached the offset had returned, the produce must have been found ready: a
-        // check that visited it either found it ready or found it completed (found ready
-        // earlier), and one that missed it ran before it was watched, so its second try saw
-        // the HW. Found ready later (by a later check, which heals most lost wake-ups here as
-        // the HW keeps moving) is a lost wake-up (see `found_late`); an expiry is judged in
-        // `on_expiration` (its `ready_at` is `None`).
-        let ready_since = log.checked_past_all(r.statuses.iter().map(|&(p, req, _, _)| (p, req)));
-        if let Some(entered) = *produce_entered[id].lock().unwrap() {
-            if let Some(late) = found_late(ready_since, entered, r.ready_at) {
-                report.problems.push(format!(
-                    "produce {id}: found ready {late:?} after a check following its HW moves had \
-                     returned (a lost wake-up, healed by a later check)"
-                ));
+        let entered = *produce_entered[id].lock().unwrap();
+        if let Some(entered) = entered {
+            let keys: Vec<u32> = r.statuses.iter().map(|(part, _)| part.p).collect();
+            let made_ready = raises.first_ready(&keys, |hw| {
+                r.statuses
+                    .iter()
+                    .zip(hw)
+                    .all(|((part, _), &h)| h >= part.required)
+            });
+            if let Some(problem) = lost_wake_up(made_ready, entered, r.ready_at, r.expired_by) {
+                report.problems.push(format!("produce {id}: {problem}"));
+            }
+            if r.ready_at.is_some_and(|at| at > entered) {
+                report.produces_woken += 1;
             }
         }
-        let all_acked = r.statuses.iter().all(|s| s.2 == Status::None);
+        let all_acked = r
+            .statuses
+            .iter()
+            .all(|(part, _)| part.status == Status::None);
         if all_acked {
             report.produces_acked += 1;
         } else {
             report.produces_timed_out += 1;
+            if r.statuses
+                .iter()
+                .any(|(part, _)| part.status == Status::None)
+            {
+                report.produces_partly_acked += 1;
+            }
         }
-        for &(p, required, status, hw_then) in &r.statuses {
-            if status == Status::None && hw_then < required {
+        for &(part, hw_then) in &r.statuses {
+            let (p, required) = (part.p, part.required);
+            if part.status == Status::None && hw_then < required {
                 report.problems.push(format!(
                     "produce {id}: partition {p} acked with HW {hw_then} below offset {required}"
+                ));
+            }
+            // As Kafka's: a partition is acknowledged (NONE) once a try saw its HW at or past
+            // the offset, even if the request then timed out on another partition; the others
+            // keep the preset REQUEST_TIMED_OUT.
+            // And a check runs `try_complete` (as Kafka's every check runs tryComplete): a
+            // partition whose HW move past the offset was followed by a check that returned
+            // before the expiry (which then found the produce pending) is acknowledged.
+            if let (Status::RequestTimedOut, Some(expired_by)) = (part.status, r.expired_by) {
+                let acked_by = raises.first_ready(&[p], |hw| hw[0] >= required);
+                if let Some(checked) = acked_by.and_then(|raise| raise.checked) {
+                    if checked < expired_by {
+                        report.problems.push(format!(
+                            "produce {id}: partition {p} reports REQUEST_TIMED_OUT although the \
+                             check following its HW move past offset {required} had returned \
+                             {:?} before the produce expired",
+                            expired_by - checked
+                        ));
+                    }
+                }
+            }
+            let acked_by_hw = part.hw_seen >= required;
+            if acked_by_hw != (part.status == Status::None) {
+                report.problems.push(format!(
+                    "produce {id}: partition {p} reports {:?} although its last try saw HW {} \
+                     for offset {required}",
+                    part.status, part.hw_seen
                 ));
             }
         }
@@ -825,17 +1171,18 @@ pub fn run(cfg: &Config) -> Report {
                 "produce {id}: every partition acknowledged, yet expired"
             ));
         }
-        if r.expired_when_ready {
-            report.problems.push(format!(
-                "produce {id}: expired although a check after its HW moves had returned (a \
-                 lost wake-up)"
-            ));
-        }
         if r.expired_early {
             report
                 .problems
                 .push(format!("produce {id}: expired before its timeout"));
         }
+        if r.expiry_lateness > LATE_EXPIRY {
+            report.problems.push(format!(
+                "produce {id}: expired {:?} after its timeout (more than {:?})",
+                r.expiry_lateness, LATE_EXPIRY
+            ));
+        }
+        report.max_expiry_lateness = report.max_expiry_lateness.max(r.expiry_lateness);
         if !all_acked && !r.expired {
             report.problems.push(format!(
                 "produce {id}: REQUEST_TIMED_OUT but not completed by expiry"
@@ -851,14 +1198,7 @@ mod tests {
     use super::*;
 
     fn one_partition() -> Arc<Log> {
-        Arc::new(Log {
-            partitions: vec![Partition {
-                leo: AtomicU64::new(0),
-                hw: AtomicU64::new(0),
-                followers: vec![AtomicU64::new(0)],
-                checked: Mutex::new(Vec::new()),
-            }],
-        })
+        Arc::new(Log::new(1, 1))
     }
 
     fn fetch(
@@ -882,7 +1222,8 @@ mod tests {
             completed: false,
             expired: false,
             expired_early: false,
-            expired_when_ready: false,
+            expiry_lateness: Duration::ZERO,
+            expired_by: None,
         }
     }
 
@@ -921,5 +1262,103 @@ mod tests {
             .map(|(id, r)| (id, r.bytes, r.ends, r.expired))
             .collect();
         assert_eq!(sent, [(0, 12, vec![12], false)]);
+    }
+
+    fn ms(base: Instant, n: u64) -> Instant {
+        base + Duration::from_millis(n)
+    }
+
+    /// The oracle, on hand-made timelines: found by the check that follows the raise that made
+    /// it ready (or earlier) is fine, later is a lost wake-up; so is a raise no check followed.
+    #[test]
+    fn lost_wake_ups_are_judged_against_the_raise_that_made_the_operation_ready() {
+        let t = Instant::now();
+        let checked = Raise {
+            hw: 10,
+            at: ms(t, 10),
+            checked: Some(ms(t, 12)),
+        };
+        let unchecked = Raise {
+            checked: None,
+            ..checked
+        };
+        let entered = ms(t, 5);
+        // Never ready by the log: nothing to judge.
+        assert!(lost_wake_up(None, entered, None, Some(ms(t, 50))).is_none());
+        // Found by the check (before it returned), or by the second try.
+        assert!(lost_wake_up(Some(checked), entered, Some(ms(t, 11)), None).is_none());
+        assert!(lost_wake_up(Some(checked), ms(t, 20), Some(ms(t, 19)), None).is_none());
+        // Found after that check had returned: healed by a later one.
+        let late = lost_wake_up(Some(checked), entered, Some(ms(t, 30)), None).unwrap();
+        assert!(late.contains("healed by a later check"), "{late}");
+        // Expired after the check returned; not if the expiry came first.
+        assert!(lost_wake_up(Some(checked), entered, None, Some(ms(t, 13))).is_some());
+        assert!(lost_wake_up(Some(checked), entered, None, Some(ms(t, 11))).is_none());
+        // No check followed the raise: found later, or expired after it.
+        let skipped = lost_wake_up(Some(unchecked), entered, Some(ms(t, 30)), None).unwrap();
+        assert!(skipped.contains("no check followed"), "{skipped}");
+        assert!(lost_wake_up(Some(unchecked), entered, None, Some(ms(t, 60))).is_some());
+        assert!(lost_wake_up(Some(unchecked), entered, None, Some(ms(t, 9))).is_none());
+        assert!(lost_wake_up(Some(unchecked), ms(t, 20), Some(ms(t, 19)), None).is_none());
+    }
+
+    /// The raise that made an operation ready, across partitions, by the raises' times.
+    #[test]
+    fn first_ready_takes_the_raises_in_time_order() {
+        let t = Instant::now();
+        let raise = |hw, at| Raise {
+            hw,
+            at: ms(t, at),
+            checked: None,
+        };
+        // Partition 0 reaches 100 at 3 ms (logged out of order), partition 1 reaches 50 at 7 ms.
+        let raises = Raises(vec![
+            vec![raise(40, 1), raise(100, 3), raise(60, 4)],
+            vec![raise(20, 2), raise(50, 7), raise(90, 9)],
+        ]);
+        let both = |hw: &[u64]| hw[0] >= 100 && hw[1] >= 50;
+        assert_eq!(raises.first_ready(&[0, 1], both).unwrap().at, ms(t, 7));
+        let sum = |hw: &[u64]| hw[0] + hw[1] >= 120;
+        assert_eq!(raises.first_ready(&[0, 1], sum).unwrap().at, ms(t, 3));
+        assert!(raises.first_ready(&[0, 1], |hw| hw[1] > 90).is_none());
+    }
+
+    /// The outcome checks: a run in which no check completed anything is a problem.
+    #[test]
+    fn a_run_without_acks_or_wake_ups_is_a_problem() {
+        let ok = || Report {
+            produces: 10,
+            produces_acked: 5,
+            produces_timed_out: 5,
+            produces_woken: 3,
+            fetches: 4,
+            fetches_satisfied: 2,
+            fetches_expired: 2,
+            fetches_woken: 1,
+            ..Report::default()
+        };
+        assert!(ok().check().is_ok());
+        for bad in [
+            Report {
+                produces_acked: 0,
+                produces_timed_out: 10,
+                ..ok()
+            },
+            Report {
+                produces_woken: 0,
+                ..ok()
+            },
+            Report {
+                fetches_satisfied: 0,
+                fetches_expired: 4,
+                ..ok()
+            },
+            Report {
+                fetches_woken: 0,
+                ..ok()
+            },
+        ] {
+            assert!(bad.check().is_err(), "{bad:?}");
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! The broker-like simulation of `examples/broker.rs`, as a test: every delayed produce and
 //! delayed fetch is answered exactly once, with a status consistent with the high watermark and
-//! with how it completed; both outcomes (acknowledged and timed out) occur.
+//! with how it completed; both outcomes (acknowledged and timed out) occur; a run that stops
+//! making progress ends with a problem.
 
 #![allow(clippy::disallowed_methods)] // watchdog threads (std::thread::spawn), as the simulation uses
 
@@ -12,7 +13,10 @@ use kafka_timer::broker::{run, Config, Report};
 /// hang: runs have hung before; the thread is left behind, the test process ends anyway).
 fn run_within(secs: u64, what: &str, cfg: Config) -> Report {
     let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || tx.send(run(&cfg)));
+    // The send fails only once the guard has given up (and dropped the receiver).
+    std::thread::spawn(move || {
+        let _ = tx.send(run(&cfg));
+    });
     rx.recv_timeout(Duration::from_secs(secs))
         .unwrap_or_else(|_| panic!("{what}: still running after {secs} s"))
 }
@@ -37,6 +41,7 @@ fn every_produce_and_fetch_is_answered_exactly_once_with_the_right_status() {
         "the follower stalls must time some produces out: {r:?}"
     );
     assert!(r.fetches > 0 && r.fetches_satisfied > 0, "{r:?}");
+    assert!(r.produces_woken > 0 && r.fetches_woken > 0, "{r:?}");
 }
 
 #[test]
@@ -71,16 +76,11 @@ fn small() -> Config {
 /// fix it waited out the hour).
 #[test]
 fn live_stats_do_not_delay_the_end_of_the_run() {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        tx.send(run(&Config {
-            stats_every: Some(Duration::from_secs(3600)),
-            ..small()
-        }))
-    });
-    let r = rx
-        .recv_timeout(Duration::from_secs(120))
-        .expect("a run with stats every hour still running after 120 s");
+    let cfg = Config {
+        stats_every: Some(Duration::from_secs(3600)),
+        ..small()
+    };
+    let r = run_within(120, "a run with stats every hour", cfg);
     assert!(r.check().is_ok(), "{r:?}");
 }
 
@@ -94,7 +94,7 @@ fn no_partitions_is_a_problem_not_a_panic() {
                 ..small()
             })
         });
-        tx.send(r.ok())
+        let _ = tx.send(r.ok());
     });
     let r = rx
         .recv_timeout(Duration::from_secs(20))
@@ -105,16 +105,11 @@ fn no_partitions_is_a_problem_not_a_panic() {
 
 #[test]
 fn no_followers_ends() {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        tx.send(run(&Config {
-            followers: 0,
-            ..small()
-        }))
-    });
-    let r = rx
-        .recv_timeout(Duration::from_secs(20))
-        .expect("run with no followers still running after 20 s");
+    let cfg = Config {
+        followers: 0,
+        ..small()
+    };
+    let r = run_within(20, "a run with no followers", cfg);
     assert!(r.check().is_err(), "{r:?}");
 }
 
@@ -124,17 +119,29 @@ fn no_followers_ends() {
 /// the run reports the dead follower.
 #[test]
 fn a_dead_follower_ends_the_run_with_a_problem() {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        tx.send(run(&Config {
-            follower_panics_in_round: Some(3),
-            ..small()
-        }))
-    });
-    let r = rx
-        .recv_timeout(Duration::from_secs(120))
-        .expect("a run with a dead follower still running after 120 s");
+    let cfg = Config {
+        follower_panics_in_round: Some(3),
+        ..small()
+    };
+    let r = run_within(120, "a run with a dead follower", cfg);
     let problems = r.check().expect_err("a follower died");
     assert!(problems.contains("follower 0 panicked"), "{problems}");
     assert!(problems.contains("a follower died"), "{problems}");
+}
+
+/// A follower that gets stuck without a panic also stops the high watermark: the consumers
+/// used to fetch until the fetch log was full (hours). Now the run notices that nothing has
+/// moved for far longer than any stall the configuration makes, stops, and reports it.
+#[test]
+fn a_stuck_follower_ends_the_run_with_a_problem() {
+    let cfg = Config {
+        follower_stalls_in_round: Some(3),
+        // Raised to 20 times the longest configured pause (2 x 100 ms stalls): 4 s.
+        progress_timeout: Duration::from_secs(1),
+        ..small()
+    };
+    let r = run_within(60, "a run with a stuck follower", cfg);
+    let problems = r.check().expect_err("a follower got stuck");
+    assert!(problems.contains("no progress"), "{problems}");
+    assert!(!problems.contains("panicked"), "{problems}");
 }
