@@ -10,27 +10,8 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{thread_names, wait_for_threads_to_end};
+use common::{thread_names, wait_for_threads_to_end, within};
 use system_timer::{Builder, ManualClock, ScheduleError, SystemTimer, TimerHandle, TimerTask};
-
-/// Runs `f` on a thread of its own; fails the test if it does not return within `secs`.
-fn within<R: Send + 'static>(secs: u64, f: impl FnOnce() -> R + Send + 'static) -> R {
-    let (tx, rx) = mpsc::channel();
-    let t = std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(r) => {
-            t.join().unwrap();
-            r
-        }
-        Err(mpsc::RecvTimeoutError::Disconnected) => match t.join() {
-            Err(p) => std::panic::resume_unwind(p),
-            Ok(()) => unreachable!(),
-        },
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("hung for {secs} s"),
-    }
-}
 
 /// Per task: how often it ran, how often it was dropped without running, and how often the
 /// test saw it end another way (cancel true, take Some, refused, handed back).
@@ -146,7 +127,7 @@ enum Held {
 fn shutdown_races_everything(mode: Mode, name: &'static str) {
     const THREADS: usize = 3;
     const PER: usize = 100_000;
-    within(60, move || {
+    within("the test", 60, move || {
         let book = Book::new(THREADS * PER);
         let timer = Arc::new(build(mode, name));
         let stop = Arc::new(AtomicBool::new(false));
@@ -351,7 +332,7 @@ impl<F: FnMut()> Drop for OnDrop<F> {
 #[test]
 fn a_task_whose_drop_reenters_the_timer_does_not_deadlock() {
     for inline in [false, true] {
-        within(60, move || {
+        within("the test", 60, move || {
             let clock = ManualClock::new(0);
             let b = SystemTimer::builder().clock(clock.clone()).reaper(false);
             let timer = Arc::new(
@@ -419,7 +400,7 @@ fn a_task_whose_drop_reenters_the_timer_does_not_deadlock() {
 /// every thread of the timer ends.
 #[test]
 fn a_cancel_whose_task_drop_shuts_the_timer_down() {
-    within(60, || {
+    within("the test", 60, || {
         // On a user thread: the shutdown joins the threads from inside the cancel.
         let timer = Arc::new(SystemTimer::builder().name("advs1").build());
         let t = Arc::downgrade(&timer);
@@ -588,7 +569,7 @@ fn a_manual_clock_to_the_end_of_its_range_with_odd_ticks() {
 /// never run and never handed back to anyone, and the cancel won.
 #[test]
 fn an_add_after_shutdown_in_background_returned_is_refused() {
-    within(60, || {
+    within("the test", 60, || {
         let timer = SystemTimer::builder().name("advb").inline().build();
         let (started_tx, started_rx) = mpsc::channel();
         let (release_tx, release_rx) = mpsc::channel::<()>();
@@ -642,7 +623,7 @@ fn an_add_after_shutdown_in_background_returned_is_refused() {
 /// no slot is leaked: exactly 32 far-future adds are accepted again, and the 33rd is `Full`.
 #[test]
 fn the_pending_cap_leaks_no_slot_under_contention() {
-    within(60, || {
+    within("the test", 60, || {
         const CAP: usize = 32;
         let timer = Arc::new(
             SystemTimer::builder()
@@ -747,7 +728,7 @@ fn the_pending_cap_leaks_no_slot_under_contention() {
 /// only once this task has returned), and its task is dropped without running.
 #[test]
 fn an_add_after_a_shutdown_from_inside_a_task_is_refused() {
-    within(60, || {
+    within("the test", 60, || {
         for inline in [false, true] {
             let b = SystemTimer::builder().name("advq");
             let timer = Arc::new(if inline { b.inline() } else { b }.build());
@@ -787,7 +768,7 @@ fn an_add_after_a_shutdown_from_inside_a_task_is_refused() {
 /// (deadline at or below the wheel's last tick) has run, without any call but the clock's moves.
 #[test]
 fn the_reaper_follows_a_manual_clock_jumping_to_the_end_of_its_range() {
-    within(60, || {
+    within("the test", 60, || {
         let clock = ManualClock::new(0);
         let timer = Arc::new(
             SystemTimer::builder()
@@ -1012,7 +993,7 @@ fn dropping_a_timer_survives_tasks_whose_drop_panics() {
 #[test]
 fn every_dispatched_task_runs_without_a_shutdown() {
     for executors in [1, 3, 8] {
-        within(60, move || {
+        within("the test", 60, move || {
             let timer = Arc::new(
                 SystemTimer::builder()
                     .executor_threads(executors)

@@ -5,29 +5,20 @@
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use system_timer::{ManualClock, SystemTimer};
 
 mod common;
-use common::{thread_state, wait_for_threads_to_end};
-
-/// Runs `f` on a thread of its own and fails if it has not returned within 20 s (a hang: the
-/// thread is leaked, the test process ends anyway).
-fn within_20s<R: Send + 'static>(what: &str, f: impl FnOnce() -> R + Send + 'static) -> R {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || tx.send(f()).unwrap());
-    rx.recv_timeout(Duration::from_secs(20))
-        .unwrap_or_else(|_| panic!("{what}: hung"))
-}
+use common::{thread_state, wait_for_threads_to_end, within};
 
 /// A task run inline by a caller's `advance()` (a timer driven by hand, no reaper) shuts its
 /// own timer down. The shutdown cannot wait for the advance it runs in (the task is part of
 /// it). Before, it waited for that advance to finish, for ever: a hang on the caller's thread.
 #[test]
 fn shutdown_from_an_inline_task_run_by_a_callers_advance_does_not_hang() {
-    let result = within_20s("shutdown inside advance", || {
+    let result = within("shutdown inside advance", 20, || {
         let clock = ManualClock::new(0);
         let timer = Arc::new(
             SystemTimer::builder()
@@ -361,7 +352,7 @@ fn a_task_calling_shutdown_while_another_is_under_way_does_not_wait_for_itself()
     // Only once the task runs: a shutdown before an executor has taken it hands it back unrun.
     wait_until_started(&started);
     let t = timer.clone();
-    within_20s("the first shutdown", move || drop(t.shutdown()));
+    within("the first shutdown", 20, move || drop(t.shutdown()));
     assert!(
         returned.load(SeqCst),
         "the task's own shutdown call returned"
