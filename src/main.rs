@@ -303,15 +303,12 @@ fn measure_in_child(name: &str, runs: usize, warm: bool, n: usize, range_ms: u64
 /// A churn probe's output: exactly four numbers (add and cancel ns per op, wall then CPU);
 /// anything else (a stray line, a missing figure) is a failed probe.
 fn parse_churn(stdout: &str) -> Option<ChurnFigures> {
-    let v: Vec<f64> = stdout
-        .split_whitespace()
-        .map(|x| x.parse().ok())
-        .collect::<Option<_>>()?;
-    (v.len() == 4).then(|| ChurnFigures {
-        add_ns: v[0],
-        cancel_ns: v[1],
-        add_cpu_ns: v[2],
-        cancel_cpu_ns: v[3],
+    let [add_ns, cancel_ns, add_cpu_ns, cancel_cpu_ns] = kafka_timer::measure::numbers(stdout)?;
+    Some(ChurnFigures {
+        add_ns,
+        cancel_ns,
+        add_cpu_ns,
+        cancel_cpu_ns,
     })
 }
 

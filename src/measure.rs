@@ -445,6 +445,16 @@ pub fn wait_ms() -> clap::builder::RangedU64ValueParser<u64> {
     clap::builder::RangedU64ValueParser::new().range(0..=MAX_WAIT_MS)
 }
 
+/// Exactly `N` whitespace-separated numbers, as a child process prints its figures; `None` for
+/// anything else (a stray word, a missing or an extra figure: a failed child).
+pub fn numbers<const N: usize>(text: &str) -> Option<[f64; N]> {
+    let v: Vec<f64> = text
+        .split_whitespace()
+        .map(|x| x.parse().ok())
+        .collect::<Option<_>>()?;
+    v.try_into().ok()
+}
+
 /// This program's path, to run it again in a child process: for a measurement that must start
 /// from a fresh process (the allocator keeps what an earlier run in the same process freed, so
 /// a later run there skips the page faults, and finds the memory, an earlier one paid for).

@@ -516,11 +516,7 @@ fn to_wire((w1, x2): &(ChurnFigures, ParallelFigures)) -> String {
 /// [`to_wire`]'s line read back: exactly nine numbers, or `None` (a stray line, a missing
 /// figure: a failed child).
 fn from_wire(text: &str) -> Option<(ChurnFigures, ParallelFigures)> {
-    let v: Vec<f64> = text
-        .split_whitespace()
-        .map(|x| x.parse().ok())
-        .collect::<Option<_>>()?;
-    let [a, b, c, d, e, f, g, h, i] = v.as_slice().try_into().ok()?;
+    let [a, b, c, d, e, f, g, h, i] = crate::measure::numbers(text)?;
     Some((
         ChurnFigures {
             add_ns: a,
