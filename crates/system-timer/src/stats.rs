@@ -162,7 +162,7 @@ pub struct TimerStats {
     /// Times the reaper thread woke from a sleep.
     pub reaper_wakeups: u64,
     /// Panics the reaper thread caught in its own turn, outside any task: a [`Clock`] that
-    /// panicked (the reaper survives it, and tries again
+    /// panicked, or a bug of the timer's own (the reaper survives it, and tries again
     /// [`REAPER_PANIC_BACKOFF`](crate::REAPER_PANIC_BACKOFF) later). Task panics are in
     /// `panicked`.
     ///
@@ -189,7 +189,7 @@ pub(crate) struct Counters {
     /// Dispatched tasks handed back at shutdown instead of running.
     pub(crate) returned: AtomicU64,
     pub(crate) wakeups: AtomicU64,
-    /// Panics the reaper caught outside tasks (a panicking clock).
+    /// Panics the reaper caught outside tasks (a panicking clock, a bug of ours).
     pub(crate) reaper_panics: AtomicU64,
     /// Advances done by callers for the reaper (`Inner::help`).
     pub(crate) helps: AtomicU64,

@@ -1439,7 +1439,7 @@ impl<T: TimerTask> Inner<T> {
     /// tasks this turn dispatched.
     ///
     /// A panic in the turn itself (the clock is user code: [`Clock::now_ns`] and
-    /// [`Clock::sleep_for`] run here) does not end the reaper, which alone expires the tasks
+    /// [`Clock::sleep_for`] run here; or a bug of ours in the advance) does not end the reaper, which alone expires the tasks
     /// (Kafka's reaper thread dies on any throwable): it is counted
     /// ([`TimerStats::reaper_panics`]), and the reaper sleeps for
     /// [`REAPER_PANIC_BACKOFF`] (an `unpark` ends the sleep early: an add, a shutdown) before
@@ -1468,9 +1468,9 @@ impl<T: TimerTask> Inner<T> {
         let now = self.clock.now_ns();
         let next = self.wheel.next_expiration();
         if next.is_some_and(|x| x <= now) || self.has_ready() {
-            // advance_to_ns never lets a task panic escape (run_job catches it); the guard here
-            // keeps the reaper alive even if our own code had a bug.
-            return Some(catch_unwind(AssertUnwindSafe(|| self.advance_to_ns(now))).unwrap_or(0));
+            // advance_to_ns never lets a task panic escape (run_job catches it); the turn's guard
+            // (`reaper_step`) keeps the reaper alive even if our own code had a bug.
+            return Some(self.advance_to_ns(now));
         }
         // The alarm's reading before the clock's reading in `sleep_for`: the sleep computed
         // from the second counts from the first (never later than it should). Taken only on
