@@ -161,9 +161,18 @@ fn shutdown_is_prompt() {
 /// reaper sleeps towards a one-hour deadline still runs promptly.
 #[test]
 fn an_earlier_add_wakes_the_reaper() {
-    let timer = SystemTimer::new();
+    let timer = SystemTimer::builder().name("earlier").build();
     timer.add(Duration::from_secs(3600), || ()).unwrap();
-    std::thread::sleep(Duration::from_millis(50));
+    // The reaper asleep towards the hour (`S` in /proc). The add above created the earliest
+    // bucket, so it woke the reaper if it slept (a futex wake: runnable before the add
+    // returned); asleep again now, it has seen that bucket. Without /proc, a pause instead.
+    if std::path::Path::new("/proc/self/task").exists() {
+        wait_until("the reaper never went to sleep", || {
+            common::thread_state("earlier-reaper") == Some('S')
+        });
+    } else {
+        thread::sleep(Duration::from_millis(50));
+    }
     let (tx, rx) = std::sync::mpsc::channel();
     timer
         .add(Duration::from_millis(5), move || tx.send(()).unwrap())

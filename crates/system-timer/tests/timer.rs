@@ -973,10 +973,18 @@ fn two_idle_executors_wake_for_two_batches() {
             .clock(clock.clone())
             .reaper(false)
             .executor_threads(2)
+            .name("two") // threads `two-executor-<i>`: within the kernel's 15 bytes
             .build();
-        // Let both executors reach their idle sleep (if they have not, the batches find them
-        // awake and the test passes without exercising the wake-up).
-        std::thread::sleep(Duration::from_millis(20));
+        // Both executors asleep waiting for work (`S` in /proc: blocked in a futex). Were one
+        // still starting, the batches would find it awake and the test would pass without
+        // exercising the wake-up. Without /proc, a pause instead.
+        if std::path::Path::new("/proc/self/task").exists() {
+            wait_until(|| {
+                (0..2).all(|i| common::thread_state(&format!("two-executor-{i}")) == Some('S'))
+            });
+        } else {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let started = Arc::new(AtomicUsize::new(0));
         let met = Arc::new(AtomicUsize::new(0));
         for _ in 0..2 {
