@@ -1070,3 +1070,65 @@ fn shutdown_races_check() {
         }
     });
 }
+
+/// `OperationHandle::take` (taking the operation back without completing it) races a check that
+/// finds it ready: exactly one wins. Either the take returns the operation, never completed
+/// (`on_complete` is not called, then or later), or the check completes it once and the take
+/// returns `None`. The take's unlocked look at `completed` may be stale by the time it holds the
+/// op lock, so it must look again under the lock; without that second look it hands back an
+/// operation the check has just completed (the payload is gone: a panic, or with debug
+/// assertions on, "completing twice").
+///
+/// Catches: `take` not re-checking `completed` under the op lock.
+#[test]
+fn take_races_check() {
+    const OUTCOMES: &[&str] = &["taken back", "completed by the check"];
+    model(OUTCOMES, || {
+        let clock = ManualClock::new(0);
+        let log = Log::new();
+        let p = Arc::new(purgatory(&clock));
+        let probe = Probe::new(1, &log);
+        let w = p.try_complete_else_watch(probe.op(), LONG, &[K]).unwrap();
+        assert!(!w.completed);
+
+        let checker = spawn_ready_check(&p, &probe);
+        let taken = w.handle.take();
+        let checked = checker.join().unwrap();
+
+        let ev = log.of(1);
+        assert_eq!(
+            usize::from(taken.is_some()) + checked,
+            1,
+            "exactly one of take / check wins (taken {}, checked {checked}): {ev:?}",
+            taken.is_some()
+        );
+        assert_eq!(log.completes(1), checked, "{ev:?}");
+        assert_eq!(log.expires(1), 0, "{ev:?}");
+        if let Some(op) = &taken {
+            assert_eq!(op.id, 1);
+            assert!(!op.completed, "a completed operation was handed back");
+        }
+        assert!(w.handle.is_completed() && w.handle.take().is_none());
+        assert!(
+            !w.handle.force_complete(),
+            "forced after it was taken or completed"
+        );
+        assert_eq!(p.delayed(), 0, "the winner disarmed the timer");
+        assert_eq!(p.timer().len(), 0, "the timer still holds an entry");
+        let stats = p.stats();
+        assert_eq!(
+            (stats.completed, stats.handed_back),
+            (checked as u64, u64::from(taken.is_some())),
+            "{stats:?}"
+        );
+        drop(taken);
+        p.purge();
+        assert_eq!(p.watched(), 0);
+        p.check_invariants();
+        if checked == 0 {
+            OUTCOMES[0]
+        } else {
+            OUTCOMES[1]
+        }
+    });
+}

@@ -701,6 +701,80 @@ fn keyed_cancel_gives_its_cap_slot_to_a_racing_add() {
     });
 }
 
+/// The same race as [`keyed_cancel_gives_its_cap_slot_to_a_racing_add`], through a
+/// [`TimerHandle`]: the handle's cancel (`TimerHandle::take`) gives the slot back on its own
+/// path, not the keyed one's.
+///
+/// Catches: a winning handle cancel that does not give its slot back.
+#[test]
+fn handle_cancel_gives_its_cap_slot_to_a_racing_add() {
+    model(&["add fitted", "add was refused"], || {
+        let clock = ManualClock::new(0);
+        let log = new_log();
+        let timer = Arc::new(capped(&clock, 1));
+        let h = timer.add(2 * MS, probe(1, &clock, &log)).unwrap();
+        let canceller = thread::spawn(move || h.cancel());
+        let raced = timer.add_keyed(2 * MS, probe(2, &clock, &log));
+        assert!(canceller.join().unwrap(), "nothing else removes the task");
+        let outcome = match raced {
+            Ok(_) => "add fitted",
+            Err(ScheduleError::Full(p)) => {
+                assert_eq!(p.id, 2);
+                "add was refused"
+            }
+            Err(e) => panic!("{e:?}"),
+        };
+        // One more add fits exactly when nothing is pending.
+        let free = timer.is_empty();
+        let more = timer.add_keyed(2 * MS, probe(3, &clock, &log));
+        assert_eq!(more.is_ok(), free, "a slot leaked or was given twice");
+        drop(more);
+        timer.check_invariants();
+        drop(timer.shutdown());
+        outcome
+    });
+}
+
+/// An advance that fires the only task of a full timer races an add. The fired task's slot is
+/// given back after the wheel's locks are released (before the task runs), so the add fits or
+/// is refused depending on whether it came before that; afterwards the slots in use are exactly
+/// the tasks pending, and the task ran once.
+///
+/// Catches: an advance that does not give the slots of the tasks it took out back.
+#[test]
+fn a_fired_task_gives_its_cap_slot_to_a_racing_add() {
+    model(&["add fitted", "add was refused"], || {
+        let clock = ManualClock::new(0);
+        let log = new_log();
+        let timer = Arc::new(capped(&clock, 1));
+        timer.add_keyed(MS, probe(1, &clock, &log)).unwrap();
+        set_clock(&clock, 1);
+        let advancer = {
+            let timer = Arc::clone(&timer);
+            thread::spawn(move || timer.advance())
+        };
+        let raced = timer.add_keyed(5 * MS, probe(2, &clock, &log));
+        assert_eq!(advancer.join().unwrap(), 1, "the due task was dispatched");
+        assert_eq!(runs(&log), [Run { id: 1, now_ms: 1 }]);
+        let outcome = match raced {
+            Ok(_) => "add fitted",
+            Err(ScheduleError::Full(p)) => {
+                assert_eq!(p.id, 2);
+                "add was refused"
+            }
+            Err(e) => panic!("{e:?}"),
+        };
+        // One more add fits exactly when nothing is pending.
+        let free = timer.is_empty();
+        let more = timer.add_keyed(5 * MS, probe(3, &clock, &log));
+        assert_eq!(more.is_ok(), free, "a slot leaked or was given twice");
+        drop(more);
+        timer.check_invariants();
+        drop(timer.shutdown());
+        outcome
+    });
+}
+
 /// LOOM.md §8's skeleton, verbatim against the real API (only `.reaper(false)`: a loom build
 /// runs tasks inline by itself): a user cancels while the reaper flushes the overflow bucket
 /// (re-adding the entry one level down) and then reaches the entry's deadline.
