@@ -157,6 +157,17 @@ pub struct ThreadUse {
     pub sleeps: u64,
 }
 
+/// The summed [`ThreadUse`] of this process's live threads whose names start with `prefix`.
+pub fn threads_named(prefix: &str) -> ThreadUse {
+    live_threads()
+        .into_iter()
+        .filter(|(_, name, _)| name.starts_with(prefix))
+        .fold(ThreadUse::default(), |sum, (_, _, u)| ThreadUse {
+            cpu_ns: sum.cpu_ns + u.cpu_ns,
+            sleeps: sum.sleeps + u.sleeps,
+        })
+}
+
 /// The calling thread's [`ThreadUse`] so far.
 pub fn this_thread() -> ThreadUse {
     thread_use(std::path::Path::new("/proc/thread-self"))
