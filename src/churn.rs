@@ -432,7 +432,6 @@ impl ChurnTarget for ConcurrentWheelTarget {
 pub struct HeapTarget {
     heap: BinaryHeap<Reverse<(u64, u64)>>,
     cancelled: Vec<bool>,
-    len: usize,
 }
 
 impl ChurnTarget for HeapTarget {
@@ -444,7 +443,6 @@ impl ChurnTarget for HeapTarget {
         // Lazy cancel would leave the entries in the heap: empty it, keeping the capacity.
         self.heap.clear();
         self.cancelled.iter_mut().for_each(|c| *c = false);
-        self.len = 0;
     }
     #[inline]
     fn add(&mut self, delay_ms: u64, id: u64) -> u64 {
@@ -452,7 +450,6 @@ impl ChurnTarget for HeapTarget {
         if self.cancelled.len() <= id as usize {
             self.cancelled.resize(id as usize + 1, false);
         }
-        self.len += 1;
         id
     }
     #[inline]
@@ -460,11 +457,16 @@ impl ChurnTarget for HeapTarget {
         let c = &mut self.cancelled[*h as usize];
         let won = !*c;
         *c = true;
-        self.len -= usize::from(won);
         won
     }
+    /// The heap's entries not flagged cancelled, counted (a scan: only the untimed checks call
+    /// it; a counter kept from `cancel`'s answers would only repeat what the check already
+    /// asserted of them).
     fn len(&self) -> usize {
-        self.len
+        self.heap
+            .iter()
+            .filter(|Reverse((_, id))| !self.cancelled[*id as usize])
+            .count()
     }
 }
 
@@ -581,7 +583,6 @@ impl ChurnTarget for KeyedTimerTarget {
 pub struct DelayQueueTarget {
     queue: tokio_util::time::DelayQueue<u64>,
     _guard_rt: Box<tokio::runtime::Runtime>,
-    len: usize,
     /// Times an operation entered the runtime's context.
     enters: u64,
 }
@@ -602,7 +603,6 @@ impl DelayQueueTarget {
         DelayQueueTarget {
             queue,
             _guard_rt: rt,
-            len: 0,
             enters: 0,
         }
     }
@@ -628,18 +628,16 @@ impl ChurnTarget for DelayQueueTarget {
             self.enters += 1;
             self._guard_rt.enter()
         });
-        self.len += 1;
         self.queue.insert(id, Duration::from_millis(delay_ms))
     }
     #[inline]
     fn cancel(&mut self, h: &Self::Handle) -> bool {
         // `try_remove` returns None for a key already expired or removed (no panic).
-        let won = self.queue.try_remove(h).is_some();
-        self.len -= usize::from(won);
-        won
+        self.queue.try_remove(h).is_some()
     }
+    /// The queue's own count (nothing is polled in W1, so nothing expires out of it).
     fn len(&self) -> usize {
-        self.len
+        self.queue.len()
     }
 }
 

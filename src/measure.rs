@@ -318,8 +318,14 @@ pub fn set_allocator(name: &'static str) {
     let _ = ALLOCATOR.set(name);
 }
 
-/// `nproc`, the CPU model, the kernel and the global allocator ("system" unless
-/// [`set_allocator`] said otherwise): the machine line reports carry.
+/// `nproc`, the CPU model, the kernel, a warning if this build has debug assertions on, and the
+/// global allocator ("system" unless [`set_allocator`] said otherwise): the machine line reports
+/// carry.
+///
+/// The warning matters: debug assertions change what the baselines cost, not only ours
+/// (tokio-util's `DelayQueue` walks a whole slot's list on every removal under them: W1's
+/// cancel measured 156 µs instead of tens of ns at N = 100,000), and nothing else in a report
+/// says which build made it.
 pub fn machine_line() -> String {
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     let model = fs::read_to_string("/proc/cpuinfo")
@@ -334,7 +340,12 @@ pub fn machine_line() -> String {
         .map(|s| s.trim().to_string())
         .unwrap_or_default();
     let allocator = ALLOCATOR.get().copied().unwrap_or("system");
-    format!("nproc {cpus}, {model}, Linux {kernel}, allocator {allocator}")
+    let build = if cfg!(debug_assertions) {
+        ", DEBUG ASSERTIONS ON (not a release build: figures not comparable)"
+    } else {
+        ""
+    };
+    format!("nproc {cpus}, {model}, Linux {kernel}{build}, allocator {allocator}")
 }
 
 /// An empty vector with room for `n` elements whose memory has been written (every page
@@ -599,6 +610,14 @@ mod tests {
             "{}",
             machine_line()
         );
+    }
+
+    /// A build with debug assertions (as the tests are: the test profile keeps them) says so in
+    /// its reports; a release build's line does not.
+    #[test]
+    fn machine_line_flags_debug_assertions() {
+        let flagged = machine_line().contains("DEBUG ASSERTIONS ON");
+        assert_eq!(flagged, cfg!(debug_assertions), "{}", machine_line());
     }
 
     #[test]
