@@ -1261,9 +1261,9 @@ fn run_once_with(args: &Args, flags: &FlagPool) -> Report {
                                 // a tick before `due` (one with a short latency, at low rates:
                                 // it would otherwise wait until `due`), and (`Generator` mode)
                                 // once `due` has passed, a wake-up from a running thread, our
-                                // own timer a tick after `due` being the fallback. A nudge that
-                                // lands before the park makes the park return at once (the
-                                // thread's token). The fences pair with the generator's (after
+                                // own timer (`completer_sleep`: up to two ticks after `due`)
+                                // being the fallback. A nudge that lands before the park makes
+                                // the park return at once (the thread's token). The fences pair with the generator's (after
                                 // its send, before it reads `completer_due_ns`): either it sees
                                 // our due time or we see its batch.
                                 shared.completer_due_ns.store(due, SeqCst);
