@@ -17,7 +17,7 @@ use system_timer::SystemTimer;
 use tokio_util::time::DelayQueue;
 
 use crate::measure::{
-    exit_status, machine_line, other_threads_cpu_ns, process_cpu_ns, threads_named,
+    exit_status, machine_line, other_threads_cpu_ns, process_cpu_ns, threads_asleep, threads_named,
     while_stdout_taken, ThreadUse,
 };
 use crate::precision::{current_thread_runtime, HeapTimer};
@@ -189,6 +189,15 @@ const MAX_IDLE_CPU_SHARE: f64 = 0.1;
 /// start with `threads`, if given.
 fn measure(t: impl Target, a: &Args, threads: Option<&str>) -> Row {
     std::thread::sleep(Duration::from_millis(a.settle_ms));
+    // And until the named threads are asleep (a thread still starting on a loaded machine
+    // would go to sleep in the stretch: a sleep counted against it), for at most 5 s more (one
+    // that never sleeps is then measured, and fails).
+    if let Some(prefix) = threads {
+        let give_up = Instant::now() + Duration::from_secs(5);
+        while !threads_asleep(prefix) && Instant::now() < give_up {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
     let w0 = t.wakeups();
     let named0 = threads.map(threads_named);
     let others0 = other_threads_cpu_ns();

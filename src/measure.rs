@@ -168,6 +168,22 @@ pub fn threads_named(prefix: &str) -> ThreadUse {
         })
 }
 
+/// True if every live thread of this process whose name starts with `prefix` is asleep
+/// (state `S` in its `/proc` stat: blocked, e.g. in a futex), and there is at least one.
+pub fn threads_asleep(prefix: &str) -> bool {
+    let states: Vec<Option<char>> = tasks()
+        .filter(|t| {
+            fs::read_to_string(t.join("comm")).is_ok_and(|c| c.trim_end().starts_with(prefix))
+        })
+        .map(|t| {
+            let stat = fs::read_to_string(t.join("stat")).ok()?;
+            // `tid (comm) S ...`: the state follows the last `)`.
+            stat[stat.rfind(')')? + 1..].trim_start().chars().next()
+        })
+        .collect();
+    !states.is_empty() && states.iter().all(|&s| s == Some('S'))
+}
+
 /// The calling thread's [`ThreadUse`] so far.
 pub fn this_thread() -> ThreadUse {
     thread_use(std::path::Path::new("/proc/thread-self"))
@@ -610,6 +626,52 @@ mod tests {
             "{}",
             machine_line()
         );
+    }
+
+    /// `threads_asleep` is true once every thread of the prefix is blocked, and false with none
+    /// of them (or one running).
+    #[test]
+    fn threads_asleep_sees_blocked_threads_only() {
+        assert!(!threads_asleep("asleeptest-"), "no such thread");
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let blocked = std::thread::Builder::new()
+            .name("asleeptest-b".into())
+            .spawn(move || rx.recv())
+            .unwrap();
+        let give_up = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !threads_asleep("asleeptest-") {
+            assert!(std::time::Instant::now() < give_up, "never seen asleep");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let spinning = {
+            let stop = std::sync::Arc::clone(&stop);
+            std::thread::Builder::new()
+                .name("asleeptest-s".into())
+                .spawn(move || {
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                })
+                .unwrap()
+        };
+        // A spinning thread is running or runnable (`R`), never asleep. (It names itself once
+        // it runs: until then it is not among the prefix's threads.)
+        while !live_threads().iter().any(|(_, n, _)| n == "asleeptest-s") {
+            assert!(std::time::Instant::now() < give_up, "never named");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        for _ in 0..20 {
+            assert!(
+                !threads_asleep("asleeptest-"),
+                "a spinning thread counted asleep"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        spinning.join().unwrap();
+        drop(tx);
+        blocked.join().unwrap().unwrap_err();
     }
 
     /// A build with debug assertions (as the tests are: the test profile keeps them) says so in
