@@ -512,14 +512,13 @@ mod tests {
             settle_ms: 50,
             impls: Vec::new(),
         };
-        let quiet = |wakeups| Counts2(wakeups);
         // Blocked on a channel for the whole stretch.
         let (tx, rx) = std::sync::mpsc::channel::<()>();
         let blocked = std::thread::Builder::new()
             .name("w3test-blocked".into())
             .spawn(move || rx.recv())
             .unwrap();
-        let row = measure(quiet(0), &a, Some("w3test-blocked"));
+        let row = measure(FixedCount(0), &a, Some("w3test-blocked"));
         drop(tx);
         blocked.join().unwrap().unwrap_err();
         assert_eq!(
@@ -541,7 +540,7 @@ mod tests {
                 })
                 .unwrap()
         };
-        let row = measure(quiet(0), &a, Some("w3test-ticking"));
+        let row = measure(FixedCount(0), &a, Some("w3test-ticking"));
         stop.store(true, Ordering::Relaxed);
         ticking.join().unwrap();
         assert!(row.named.is_some_and(|u| u.sleeps > 0), "{:?}", row.named);
@@ -549,9 +548,9 @@ mod tests {
     }
 
     /// A target with no thread of its own whose counter reads a fixed number.
-    struct Counts2(u64);
+    struct FixedCount(u64);
 
-    impl Target for Counts2 {
+    impl Target for FixedCount {
         fn wakeups(&self) -> Option<u64> {
             Some(self.0)
         }

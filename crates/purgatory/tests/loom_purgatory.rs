@@ -32,7 +32,7 @@ use std::time::Duration;
 use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::sync::{Arc, Mutex};
 use loom::thread;
-use purgatory::{DelayedOperation, Purgatory, ReadyHint, WatchError};
+use purgatory::{DelayedOperation, OperationHandle, Purgatory, ReadyHint, WatchError};
 use system_timer::{ManualClock, SystemTimer};
 
 const MS: Duration = Duration::from_millis(1);
@@ -255,6 +255,34 @@ fn spawn_ready_check(p: &Arc<Purgatory<u8, Op>>, probe: &Probe) -> thread::JoinH
         probe.set_ready();
         p.check_and_complete(&K)
     })
+}
+
+/// Op 1 watched on `K`, not ready, with a long timeout; then a thread makes it ready and checks
+/// `K` ([`spawn_ready_check`]) while this one runs `act` on its handle. Returns the purgatory,
+/// the handle, what `act` returned, and how many operations the check completed.
+fn race_a_ready_check<R>(
+    log: &Log,
+    act: impl FnOnce(&OperationHandle<Op>) -> R,
+) -> (Arc<Purgatory<u8, Op>>, OperationHandle<Op>, R, usize) {
+    let clock = ManualClock::new(0);
+    let p = Arc::new(purgatory(&clock));
+    let probe = Probe::new(1, log);
+    let w = p.try_complete_else_watch(probe.op(), LONG, &[K]).unwrap();
+    assert!(!w.completed);
+    let checker = spawn_ready_check(&p, &probe);
+    let acted = act(&w.handle);
+    let checked = checker.join().unwrap();
+    (p, w.handle, acted, checked)
+}
+
+/// Nothing is left of a race's one operation: not counted as delayed, no timer entry, and no
+/// watch-list entry once purged; the invariants hold.
+fn assert_nothing_left(p: &Purgatory<u8, Op>, delayed_why: &str) {
+    assert_eq!(p.delayed(), 0, "{delayed_why}");
+    assert_eq!(p.timer().len(), 0, "the timer still holds an entry");
+    p.purge();
+    assert_eq!(p.watched(), 0);
+    p.check_invariants();
 }
 
 /// A purgatory on a manual clock, without a reaper: its own timer is inline and expiries run in
@@ -595,16 +623,8 @@ fn watch_and_check_lock_order() {
 fn force_complete_races_check() {
     const OUTCOMES: &[&str] = &["forced", "completed by the check"];
     model(OUTCOMES, || {
-        let clock = ManualClock::new(0);
         let log = Log::new();
-        let p = Arc::new(purgatory(&clock));
-        let probe = Probe::new(1, &log);
-        let w = p.try_complete_else_watch(probe.op(), LONG, &[K]).unwrap();
-        assert!(!w.completed);
-
-        let checker = spawn_ready_check(&p, &probe);
-        let forced = w.handle.force_complete();
-        let checked = checker.join().unwrap();
+        let (p, handle, forced, checked) = race_a_ready_check(&log, |h| h.force_complete());
 
         let ev = log.of(1);
         assert_eq!(
@@ -619,16 +639,11 @@ fn force_complete_races_check() {
             Some(&Ev::Complete(1)),
             "no call after completion"
         );
-        assert!(w.handle.is_completed() && !w.handle.force_complete());
-        assert_eq!(
-            p.delayed(),
-            0,
-            "delayed() counts an operation that is no longer pending"
+        assert!(handle.is_completed() && !handle.force_complete());
+        assert_nothing_left(
+            &p,
+            "delayed() counts an operation that is no longer pending",
         );
-        assert_eq!(p.timer().len(), 0, "the timer still holds an entry");
-        p.purge();
-        assert_eq!(p.watched(), 0);
-        p.check_invariants();
         if forced {
             OUTCOMES[0]
         } else {
@@ -1084,16 +1099,8 @@ fn shutdown_races_check() {
 fn take_races_check() {
     const OUTCOMES: &[&str] = &["taken back", "completed by the check"];
     model(OUTCOMES, || {
-        let clock = ManualClock::new(0);
         let log = Log::new();
-        let p = Arc::new(purgatory(&clock));
-        let probe = Probe::new(1, &log);
-        let w = p.try_complete_else_watch(probe.op(), LONG, &[K]).unwrap();
-        assert!(!w.completed);
-
-        let checker = spawn_ready_check(&p, &probe);
-        let taken = w.handle.take();
-        let checked = checker.join().unwrap();
+        let (p, handle, taken, checked) = race_a_ready_check(&log, |h| h.take());
 
         let ev = log.of(1);
         assert_eq!(
@@ -1108,13 +1115,11 @@ fn take_races_check() {
             assert_eq!(op.id, 1);
             assert!(!op.completed, "a completed operation was handed back");
         }
-        assert!(w.handle.is_completed() && w.handle.take().is_none());
+        assert!(handle.is_completed() && handle.take().is_none());
         assert!(
-            !w.handle.force_complete(),
+            !handle.force_complete(),
             "forced after it was taken or completed"
         );
-        assert_eq!(p.delayed(), 0, "the winner disarmed the timer");
-        assert_eq!(p.timer().len(), 0, "the timer still holds an entry");
         let stats = p.stats();
         assert_eq!(
             (stats.completed, stats.handed_back),
@@ -1122,9 +1127,7 @@ fn take_races_check() {
             "{stats:?}"
         );
         drop(taken);
-        p.purge();
-        assert_eq!(p.watched(), 0);
-        p.check_invariants();
+        assert_nothing_left(&p, "the winner disarmed the timer");
         if checked == 0 {
             OUTCOMES[0]
         } else {

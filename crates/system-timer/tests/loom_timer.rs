@@ -665,6 +665,33 @@ fn adds_race_for_the_last_cap_slot() {
     });
 }
 
+/// How a cap model's add (of probe 2), raced against a task leaving a full timer of one slot,
+/// came out ("add fitted", or "add was refused" with the task handed back); then checks that
+/// the slots in use are exactly the tasks pending (one more add fits exactly when none is), and
+/// shuts the timer down.
+fn cap_race_outcome(
+    timer: &SystemTimer<Probe>,
+    raced: Result<TimerKey, ScheduleError<Probe>>,
+    clock: &ManualClock,
+    log: &Log,
+) -> &'static str {
+    let outcome = match raced {
+        Ok(_) => "add fitted",
+        Err(ScheduleError::Full(p)) => {
+            assert_eq!(p.id, 2);
+            "add was refused"
+        }
+        Err(e) => panic!("{e:?}"),
+    };
+    let free = timer.is_empty();
+    let more = timer.add_keyed(5 * MS, probe(3, clock, log));
+    assert_eq!(more.is_ok(), free, "a slot leaked or was given twice");
+    drop(more);
+    timer.check_invariants();
+    drop(timer.shutdown());
+    outcome
+}
+
 /// A keyed cancel races an add on a full timer: the add fits exactly when the cancel's slot was
 /// given back first, and afterwards the slots in use are exactly the tasks pending.
 ///
@@ -682,22 +709,7 @@ fn keyed_cancel_gives_its_cap_slot_to_a_racing_add() {
         };
         let raced = timer.add_keyed(2 * MS, probe(2, &clock, &log));
         assert!(canceller.join().unwrap(), "nothing else removes the task");
-        let outcome = match raced {
-            Ok(_) => "add fitted",
-            Err(ScheduleError::Full(p)) => {
-                assert_eq!(p.id, 2);
-                "add was refused"
-            }
-            Err(e) => panic!("{e:?}"),
-        };
-        // One more add fits exactly when nothing is pending.
-        let free = timer.is_empty();
-        let more = timer.add_keyed(2 * MS, probe(3, &clock, &log));
-        assert_eq!(more.is_ok(), free, "a slot leaked or was given twice");
-        drop(more);
-        timer.check_invariants();
-        drop(timer.shutdown());
-        outcome
+        cap_race_outcome(&timer, raced, &clock, &log)
     });
 }
 
@@ -716,22 +728,7 @@ fn handle_cancel_gives_its_cap_slot_to_a_racing_add() {
         let canceller = thread::spawn(move || h.cancel());
         let raced = timer.add_keyed(2 * MS, probe(2, &clock, &log));
         assert!(canceller.join().unwrap(), "nothing else removes the task");
-        let outcome = match raced {
-            Ok(_) => "add fitted",
-            Err(ScheduleError::Full(p)) => {
-                assert_eq!(p.id, 2);
-                "add was refused"
-            }
-            Err(e) => panic!("{e:?}"),
-        };
-        // One more add fits exactly when nothing is pending.
-        let free = timer.is_empty();
-        let more = timer.add_keyed(2 * MS, probe(3, &clock, &log));
-        assert_eq!(more.is_ok(), free, "a slot leaked or was given twice");
-        drop(more);
-        timer.check_invariants();
-        drop(timer.shutdown());
-        outcome
+        cap_race_outcome(&timer, raced, &clock, &log)
     });
 }
 
@@ -756,22 +753,7 @@ fn a_fired_task_gives_its_cap_slot_to_a_racing_add() {
         let raced = timer.add_keyed(5 * MS, probe(2, &clock, &log));
         assert_eq!(advancer.join().unwrap(), 1, "the due task was dispatched");
         assert_eq!(runs(&log), [Run { id: 1, now_ms: 1 }]);
-        let outcome = match raced {
-            Ok(_) => "add fitted",
-            Err(ScheduleError::Full(p)) => {
-                assert_eq!(p.id, 2);
-                "add was refused"
-            }
-            Err(e) => panic!("{e:?}"),
-        };
-        // One more add fits exactly when nothing is pending.
-        let free = timer.is_empty();
-        let more = timer.add_keyed(5 * MS, probe(3, &clock, &log));
-        assert_eq!(more.is_ok(), free, "a slot leaked or was given twice");
-        drop(more);
-        timer.check_invariants();
-        drop(timer.shutdown());
-        outcome
+        cap_race_outcome(&timer, raced, &clock, &log)
     });
 }
 
