@@ -190,7 +190,8 @@ pub fn mark_expired(run: u64, id: u32, at_ns: impl FnOnce() -> u64) {
         let mut l = l.borrow_mut();
         let this_run = l.run == run;
         match l.done.last_mut().filter(|_| this_run) {
-            Some(d) if d.id == id && !d.expired && d.breach != Breach::ExpirationAlone => {
+            // (An `ExpirationAlone` record is already an expiry.)
+            Some(d) if d.id == id && !d.expired => {
                 d.expired = true;
                 // An expiry the call ran inline completes another request rightly.
                 if d.breach == Breach::InAnothersCall {

@@ -1202,14 +1202,13 @@ fn run_once_with(args: &Args, flags: &FlagPool) -> Report {
                         if harness_only {
                             // No purgatory: log what on_complete (or the expiry) would have.
                             let at_ns = start.elapsed().as_nanos() as u64;
-                            let breach = Breach::None;
                             done_log::push(
                                 run,
                                 Done {
                                     at_ns,
                                     id,
                                     expired,
-                                    breach,
+                                    ..Done::default()
                                 },
                             );
                             logged += 1;
