@@ -176,9 +176,9 @@ fn timer(clock: &ManualClock, wheel_size: usize) -> SystemTimer<Probe> {
     builder(clock, wheel_size).build()
 }
 
-/// What [`timer`] builds, before `build`.
-fn builder(clock: &ManualClock, wheel_size: usize) -> Builder<Probe> {
-    Builder::<Probe>::new()
+/// What [`timer`] builds, before `build` (for tasks of any type).
+fn builder<T: TimerTask>(clock: &ManualClock, wheel_size: usize) -> Builder<T> {
+    Builder::<T>::new()
         .tick(MS)
         .wheel_size(wheel_size)
         .clock(clock.clone())
@@ -890,29 +890,60 @@ fn a_running_task_cancels_another_racing_a_cancel() {
 #[test]
 fn add_wakes_the_sleeping_reaper() {
     model(&["found at its look", "woken by the add"], || {
-        let clock = ManualClock::new(0);
-        let log = new_log();
-        let timer = Arc::new(timer(&clock, 4));
-        set_clock(&clock, 5);
+        reaper_woken_by_an_add(5, |timer, task| timer.add_at(3 * MS, task).unwrap())
+    });
+}
 
-        let reaper = {
-            let timer = Arc::clone(&timer);
-            thread::spawn(move || {
-                if timer.reaper_step() == Some(1) {
-                    return "found at its look";
-                }
-                assert_eq!(timer.reaper_step(), Some(1), "woken: the next turn runs it");
-                "woken by the add"
-            })
-        };
-        let h = timer.add_at(3 * MS, probe(1, &clock, &log)).unwrap();
-        let outcome = reaper.join().unwrap();
+/// The body of the models of an add waking the sleeping reaper: with the clock at `now_ms`, a
+/// reaper thread takes its turns (`reaper_step`) while this thread adds task 1 with `add`; the
+/// reaper runs the task at its first turn ("found at its look") or at its second, after the
+/// add's unpark ended its sleep ("woken by the add"). Checks that the task ran once, at
+/// `now_ms`, and that nothing is left.
+fn reaper_woken_by_an_add(
+    now_ms: u64,
+    add: impl FnOnce(&SystemTimer<Probe>, Probe) -> TimerHandle<Probe>,
+) -> &'static str {
+    let clock = ManualClock::new(0);
+    let log = new_log();
+    let timer = Arc::new(timer(&clock, 4));
+    set_clock(&clock, now_ms);
 
-        assert_eq!(runs(&log), [Run { id: 1, now_ms: 5 }]);
-        assert_handle(&h, true, false, false);
-        assert_eq!(timer.len(), 0);
-        timer.check_invariants();
-        outcome
+    let reaper = {
+        let timer = Arc::clone(&timer);
+        thread::spawn(move || {
+            if timer.reaper_step() == Some(1) {
+                return "found at its look";
+            }
+            assert_eq!(timer.reaper_step(), Some(1), "woken: the next turn runs it");
+            "woken by the add"
+        })
+    };
+    let h = add(&timer, probe(1, &clock, &log));
+    let outcome = reaper.join().unwrap();
+
+    assert_eq!(runs(&log), [Run { id: 1, now_ms }]);
+    assert_handle(&h, true, false, false);
+    assert_eq!(timer.len(), 0);
+    timer.check_invariants();
+    outcome
+}
+
+/// The reaper's sleep/wake handshake with a task already due when added: the clock and the
+/// wheel's time are both at 0 ms, so the wheel refuses `add(ZERO)` (its time has come) and the
+/// task goes straight to the inline ready list (`dispatch_now`), with nothing queued in the
+/// wheel; only the add's own `unpark` tells the reaper. The reaper's turn (`reaper_step`) either
+/// finds the task waiting at its look (`has_ready`) and runs it, or finds nothing and sleeps
+/// with no timeout: the add's unpark must end that sleep (an unpark between the look and the
+/// sleep leaves the permit, which makes the sleep return at once), and the next turn runs the
+/// task. A lost wake-up leaves the reaper asleep for ever with the task waiting, which loom
+/// reports as a deadlock. ([`add_wakes_the_sleeping_reaper`] is the same handshake for a task
+/// that goes into a due bucket: the wheel's `earliest` unpark, not this one.)
+///
+/// Catches: `dispatch_now` (inline) queueing the task without unparking the reaper.
+#[test]
+fn a_task_due_at_add_wakes_the_sleeping_reaper() {
+    model(&["found at its look", "woken by the add"], || {
+        reaper_woken_by_an_add(0, |timer, task| timer.add(Duration::ZERO, task).unwrap())
     });
 }
 
@@ -954,6 +985,61 @@ fn shutdown_wakes_the_sleeping_reaper() {
             }
         },
     );
+}
+
+/// Shutdown's wait for the advances in flight (`wait_idle`) and the wake-up that ends it. An
+/// inline advance has taken task 1 out of the wheel and runs it, so `running` stays raised
+/// until the task returns; the task ([`Meet`]) blocks until main, about to shut down, marks "0"
+/// on the board. Then the advance ends while `shutdown` closes the wheel and waits for
+/// `running` to drop to zero. Its look at `running` finds 0 (the advance has ended), or finds
+/// the advance in flight and parks: the advance that brings `running` to zero must then see
+/// `stopping` and unpark it, and an unpark that lands between the look and the park must leave
+/// a permit that makes the park return at once. The decrement and the `stopping` swap are
+/// stores to different atomics, each followed by a load of the other's: without a SeqCst fence
+/// on both sides, both loads may read the old values (store buffering), the advance skips its
+/// unpark and shutdown parks. Loom explores those stale reads; it orders SeqCst fences (each
+/// happens after every earlier one), so with both fences one load sees the other's store. A
+/// lost wake-up leaves shutdown asleep for ever (under loom its timed park is a plain wait),
+/// which loom reports as a deadlock. Which way shutdown's look went is not visible from outside,
+/// hence the one outcome; each mutation below makes it deadlock.
+///
+/// Catches: the last advance in flight not unparking (the `unpark` after `fence(SeqCst)` at the
+/// end of `advance_to_ns_then`); `wait_idle`'s `fence(SeqCst)` removed; `Parker::park`
+/// sleeping although a permit is pending (the unpark before the park is lost).
+#[test]
+fn the_last_advance_in_flight_wakes_shutdowns_wait() {
+    model(&["ran"], || {
+        let clock = ManualClock::new(0);
+        let board = Arc::new(Board::default());
+        let timer = Arc::new(builder::<Meet>(&clock, 4).build());
+        let task = Meet {
+            id: 1,
+            after: Some(0),
+            board: Arc::clone(&board),
+        };
+        timer.add(MS, task).unwrap();
+        set_clock(&clock, 1);
+
+        let advancer = {
+            let timer = Arc::clone(&timer);
+            thread::spawn(move || timer.advance())
+        };
+        // Task 1 has started: the advance is in flight. Let it return, and shut down.
+        assert_eq!(board.wait_for(1), [1]);
+        {
+            let mut started = board.started.lock().unwrap();
+            started.push(0);
+            board.cv.notify_all();
+        }
+        let returned = timer.shutdown();
+        let n = advancer.join().unwrap();
+
+        assert!(returned.is_empty(), "task 1 ran: {returned:?}");
+        assert_eq!(n, 1, "the advance ran task 1");
+        assert_eq!(timer.len(), 0);
+        timer.check_invariants();
+        "ran"
+    });
 }
 
 /// Two shutdowns race (an explicit one and the drop of a last reference, say). The timer holds
