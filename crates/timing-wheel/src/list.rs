@@ -921,6 +921,43 @@ mod tests {
         assert_eq!(a.release(k.index), 1);
     }
 
+    /// `list_contains` finds every member of a list, and nothing on another list, after an
+    /// unlink, or on an empty list. A member is asked for first, on a non-empty list: a walk that
+    /// stops at the first node answers `false` there at once (an empty list would make that walk
+    /// spin, and `locate` walks every empty bucket, so without this the wheel's tests only hang).
+    #[test]
+    fn list_contains_finds_exactly_the_members_of_a_list() {
+        let mut a: Arena<u32> = Arena::new();
+        let s = a.alloc_sentinels(2);
+        let keys: Vec<_> = (0..3).map(|d| a.alloc(d, d as u32)).collect();
+        for k in &keys {
+            a.link_back(s, k.index);
+        }
+        for k in &keys {
+            assert!(a.list_contains(s, k.index), "{k:?} not found on its list");
+        }
+        a.unlink(keys[1].index);
+        assert!(!a.list_contains(s, keys[1].index), "an unlinked node found");
+        a.link_back(s + 1, keys[1].index);
+        assert!(a.list_contains(s + 1, keys[1].index));
+        assert!(
+            !a.list_contains(s + 1, keys[0].index),
+            "found on another list"
+        );
+        a.unlink(keys[1].index);
+        assert!(
+            !a.list_contains(s + 1, keys[1].index),
+            "found on an empty list"
+        );
+        for (d, k) in keys.iter().enumerate() {
+            if d != 1 {
+                a.unlink(k.index);
+            }
+            assert_eq!(a.release(k.index), d as u32);
+        }
+        a.check_accounting();
+    }
+
     /// `reserved_bytes` counts whole pages in bytes: no page before the first node, then one
     /// page of `PAGE_SIZE` nodes (a `+` or `/` for the last `*` would still grow with the
     /// pages, so only the exact count catches it).
