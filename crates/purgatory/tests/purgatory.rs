@@ -673,6 +673,42 @@ fn a_ready_test_gets_the_key_and_each_operations_argument() {
 /// default name), or a check that calls the test without the key.
 #[test]
 fn a_ready_test_of_its_own_type_rules_out_what_it_says_and_keeps_the_settings() {
+    struct Watermark {
+        hw: Arc<AtomicU64>,
+        asked: Asked,
+    }
+    impl ReadyTest<&'static str> for Watermark {
+        fn maybe_ready(&self, key: &&'static str, offset: u64) -> bool {
+            self.asked.lock().unwrap().push((*key, offset));
+            self.hw.load(SeqCst) > offset
+        }
+    }
+    a_typed_ready_test_rules_out_what_it_says(|hw, asked| Watermark { hw, asked });
+}
+
+/// The same with a closure given to `Builder::with_ready_test` as it is (its own type, no
+/// pointer): every `Fn(&K, u64) -> bool` is a `ReadyTest`.
+///
+/// Catches: the closures' `ReadyTest` impl answering without calling the closure (always
+/// maybe: every operation tried; never: nothing completed by the check).
+#[test]
+fn a_closure_as_a_typed_ready_test_rules_out_what_it_says() {
+    a_typed_ready_test_rules_out_what_it_says(|hw, asked| {
+        move |key: &&'static str, offset: u64| {
+            asked.lock().unwrap().push((*key, offset));
+            hw.load(SeqCst) > offset
+        }
+    });
+}
+
+/// What a ready test was asked: the key and the operation's argument, per call.
+type Asked = Arc<Mutex<Vec<(&'static str, u64)>>>;
+
+/// The body of the typed ready-test tests: `make` builds the test from the watermark and the
+/// log of what it is asked; it must answer "maybe" for an offset under the watermark.
+fn a_typed_ready_test_rules_out_what_it_says<T: ReadyTest<&'static str>>(
+    make: impl FnOnce(Arc<AtomicU64>, Asked) -> T,
+) {
     struct Produce {
         offset: u64,
         hw: Arc<AtomicU64>,
@@ -688,27 +724,14 @@ fn a_ready_test_of_its_own_type_rules_out_what_it_says_and_keeps_the_settings() 
             Some(self.offset)
         }
     }
-    struct Watermark {
-        hw: Arc<AtomicU64>,
-        asked: Arc<Mutex<Vec<(&'static str, u64)>>>,
-    }
-    impl ReadyTest<&'static str> for Watermark {
-        fn maybe_ready(&self, key: &&'static str, offset: u64) -> bool {
-            self.asked.lock().unwrap().push((*key, offset));
-            self.hw.load(SeqCst) > offset
-        }
-    }
     let clock = ManualClock::new(0);
     let hw = Arc::new(AtomicU64::new(0));
-    let asked = Arc::new(Mutex::new(Vec::new()));
-    let p: Purgatory<&'static str, Produce, Watermark> = Purgatory::builder()
+    let asked: Asked = Arc::new(Mutex::new(Vec::new()));
+    let p: Purgatory<&'static str, Produce, T> = Purgatory::builder()
         .name("typed")
         .clock(clock.clone())
         .reaper(false)
-        .with_ready_test(Watermark {
-            hw: Arc::clone(&hw),
-            asked: Arc::clone(&asked),
-        })
+        .with_ready_test(make(Arc::clone(&hw), Arc::clone(&asked)))
         .build();
     assert!(
         format!("{p:?}").contains("\"typed\""),
