@@ -177,6 +177,24 @@ mod tests {
         }
     }
 
+    /// The ring, not the overflow heap (O(log n) a request), holds every request due within
+    /// `span_ms` of the cursor: at its push, and once the cursor has come that near a later one.
+    #[test]
+    fn requests_due_within_the_span_stay_out_of_the_overflow_heap() {
+        let mut q = CompletionQueue::new(200);
+        for ms in 0..=200 {
+            q.push(ms * NS_PER_MS + 5, ms as u32);
+        }
+        assert_eq!(q.far.len(), 0, "due within 200 ms of the cursor");
+        q.push(1_000 * NS_PER_MS, 1_000);
+        assert_eq!(q.far.len(), 1, "due 1,000 ms ahead, past the ring");
+        let mut out = Vec::new();
+        q.pop_due(800 * NS_PER_MS, &mut out);
+        assert_eq!(out.len(), 201);
+        assert_eq!(q.far.len(), 0, "200 ms ahead of the cursor now");
+        assert_eq!(q.next_due_ns(), Some(1_000 * NS_PER_MS));
+    }
+
     fn against_a_sorted_model(mut q: CompletionQueue<u32>, start_ns: u64) {
         let mut rng = SplitMix64::new(7);
         let mut model: Vec<(u64, u32)> = Vec::new();

@@ -312,6 +312,36 @@ mod tests {
         assert_eq!(left, 0, "the pool is freed with the run's records");
     }
 
+    /// A thread with its log installed (the completer) logs into that buffer, taking nothing
+    /// from the run's pool, and the records it held for another run are finished, not lost.
+    #[test]
+    fn an_installed_log_takes_nothing_from_the_pool() {
+        let (a, r) = (new_run(), new_run());
+        provision(r, 1);
+        std::thread::Builder::new()
+            .spawn(move || {
+                push(a, d(99));
+                install(r, Vec::with_capacity(10));
+                for id in 0..10 {
+                    push(r, d(id));
+                }
+                let cap = LOG.with(|l| l.borrow().done.capacity());
+                assert_eq!(cap, 10, "the installed buffer, not a chunk");
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        let left = POOL.lock().unwrap().iter().filter(|p| p.0 == r).count();
+        assert_eq!(left, 1, "the pool's chunk is left as it was");
+        let ids: Vec<u32> = collect(r).iter().map(|x| x.id).collect();
+        assert_eq!(ids, (0..10).collect::<Vec<_>>());
+        assert_eq!(
+            collect(a),
+            [d(99)],
+            "the other run's record, finished at the install"
+        );
+    }
+
     /// An `on_expiration` not right after its request's `on_complete` on the same thread (of
     /// another request, a second one for the same record, or on a thread with no record) is
     /// logged as a breach of its own, and the record before it is left as it was.
