@@ -102,7 +102,9 @@ impl<T> CompletionQueue<T> {
     }
 
     /// Moves every item due at or before `now_ns` to `out`, as `(due_ns, item)`: earlier
-    /// milliseconds first; within one millisecond, in the order they were pushed.
+    /// milliseconds first (an item pushed after its millisecond had passed counts as the
+    /// cursor's); within one millisecond, in the order they entered the ring (pushed, or
+    /// brought from the overflow heap in due order).
     pub fn pop_due(&mut self, now_ns: u64, out: &mut Vec<(u64, T)>) {
         let now_ms = now_ns / NS_PER_MS;
         while self.cursor_ms < now_ms && self.len > 0 {
@@ -211,7 +213,15 @@ mod tests {
             if rng.next().is_multiple_of(8) {
                 now += rng.next() % 3_000_000;
                 out.clear();
+                let cursor_ms = q.cursor_ms;
                 q.pop_due(now, &mut out);
+                // Earlier milliseconds first (one already past at the last take counts as its
+                // time: it was pushed late, into the cursor's bucket).
+                let ms = |due: u64| (due / NS_PER_MS).max(cursor_ms);
+                assert!(
+                    out.windows(2).all(|w| ms(w[0].0) <= ms(w[1].0)),
+                    "taken out of order at {now}"
+                );
                 let mut want: Vec<(u64, u32)> =
                     model.iter().copied().filter(|m| m.0 <= now).collect();
                 model.retain(|m| m.0 > now);
