@@ -17,6 +17,12 @@ use std::collections::BinaryHeap;
 
 const NS_PER_MS: u64 = 1_000_000;
 
+/// The millisecond whose bucket holds an item due at `due_ns` while the cursor is at
+/// `cursor_ms`: its own, or the cursor's if it has passed.
+fn bucket_ms(due_ns: u64, cursor_ms: u64) -> u64 {
+    (due_ns / NS_PER_MS).max(cursor_ms)
+}
+
 /// A request due later than the ring reaches.
 struct Far<T> {
     due_ns: u64,
@@ -93,7 +99,7 @@ impl<T> CompletionQueue<T> {
     /// Adds `item`, due at `due_ns`.
     pub fn push(&mut self, due_ns: u64, item: T) {
         self.len += 1;
-        let due_ms = (due_ns / NS_PER_MS).max(self.cursor_ms);
+        let due_ms = bucket_ms(due_ns, self.cursor_ms);
         if due_ms >= self.cursor_ms + self.span() {
             self.far.push(Far { due_ns, item });
         } else {
@@ -138,7 +144,7 @@ impl<T> CompletionQueue<T> {
     /// Brings requests from the overflow heap into the ring once the cursor is near them.
     fn pull_far(&mut self) {
         while let Some(f) = self.far.peek() {
-            let due_ms = (f.due_ns / NS_PER_MS).max(self.cursor_ms);
+            let due_ms = bucket_ms(f.due_ns, self.cursor_ms);
             if due_ms >= self.cursor_ms + self.span() {
                 break;
             }
@@ -217,7 +223,7 @@ mod tests {
                 q.pop_due(now, &mut out);
                 // Earlier milliseconds first (one already past at the last take counts as its
                 // time: it was pushed late, into the cursor's bucket).
-                let ms = |due: u64| (due / NS_PER_MS).max(cursor_ms);
+                let ms = |due: u64| bucket_ms(due, cursor_ms);
                 assert!(
                     out.windows(2).all(|w| ms(w[0].0) <= ms(w[1].0)),
                     "taken out of order at {now}"

@@ -254,20 +254,30 @@ mod tests {
         }
     }
 
+    /// Runs `f` on a thread of its own, to its end (its log finished).
+    fn on_another_thread(f: impl FnOnce() + Send + 'static) {
+        std::thread::Builder::new()
+            .spawn(f)
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+
+    /// The chunks left in run `run`'s pool.
+    fn pooled(run: u64) -> usize {
+        POOL.lock().unwrap().iter().filter(|p| p.0 == run).count()
+    }
+
     #[test]
     fn records_of_exited_threads_and_the_caller_are_collected_per_run() {
         let (a, b) = (new_run(), new_run());
         push(a, d(1));
-        std::thread::Builder::new()
-            .spawn(move || {
-                push(a, d(2));
-                mark_expired(a, 2, || 25);
-                push(b, d(3)); // moves this thread to run b: run a's records are finished
-                push(b, d(4));
-            })
-            .unwrap()
-            .join()
-            .unwrap();
+        on_another_thread(move || {
+            push(a, d(2));
+            mark_expired(a, 2, || 25);
+            push(b, d(3)); // moves this thread to run b: run a's records are finished
+            push(b, d(4));
+        });
         let mut got = collect(a);
         got.sort_by_key(|x| x.id);
         assert_eq!(
@@ -292,24 +302,19 @@ mod tests {
         let r = new_run();
         provision(r, 4); // one more than it needs
         let n = 2 * CHUNK as u32 + 5;
-        std::thread::Builder::new()
-            .spawn(move || {
-                for id in 0..n {
-                    let before = LOG.with(|l| l.borrow().done.capacity());
-                    push(r, d(id));
-                    let after = LOG.with(|l| l.borrow().done.capacity());
-                    assert_eq!(after, CHUNK, "a chunk, never a grown vector");
-                    assert!(before == 0 || before == CHUNK);
-                }
-            })
-            .unwrap()
-            .join()
-            .unwrap();
+        on_another_thread(move || {
+            for id in 0..n {
+                let before = LOG.with(|l| l.borrow().done.capacity());
+                push(r, d(id));
+                let after = LOG.with(|l| l.borrow().done.capacity());
+                assert_eq!(after, CHUNK, "a chunk, never a grown vector");
+                assert!(before == 0 || before == CHUNK);
+            }
+        });
         let mut ids: Vec<u32> = collect(r).iter().map(|x| x.id).collect();
         ids.sort_unstable();
         assert_eq!(ids, (0..n).collect::<Vec<_>>());
-        let left = POOL.lock().unwrap().iter().filter(|p| p.0 == r).count();
-        assert_eq!(left, 0, "the pool is freed with the run's records");
+        assert_eq!(pooled(r), 0, "the pool is freed with the run's records");
     }
 
     /// A thread with its log installed (the completer) logs into that buffer, taking nothing
@@ -318,21 +323,16 @@ mod tests {
     fn an_installed_log_takes_nothing_from_the_pool() {
         let (a, r) = (new_run(), new_run());
         provision(r, 1);
-        std::thread::Builder::new()
-            .spawn(move || {
-                push(a, d(99));
-                install(r, Vec::with_capacity(10));
-                for id in 0..10 {
-                    push(r, d(id));
-                }
-                let cap = LOG.with(|l| l.borrow().done.capacity());
-                assert_eq!(cap, 10, "the installed buffer, not a chunk");
-            })
-            .unwrap()
-            .join()
-            .unwrap();
-        let left = POOL.lock().unwrap().iter().filter(|p| p.0 == r).count();
-        assert_eq!(left, 1, "the pool's chunk is left as it was");
+        on_another_thread(move || {
+            push(a, d(99));
+            install(r, Vec::with_capacity(10));
+            for id in 0..10 {
+                push(r, d(id));
+            }
+            let cap = LOG.with(|l| l.borrow().done.capacity());
+            assert_eq!(cap, 10, "the installed buffer, not a chunk");
+        });
+        assert_eq!(pooled(r), 1, "the pool's chunk is left as it was");
         let ids: Vec<u32> = collect(r).iter().map(|x| x.id).collect();
         assert_eq!(ids, (0..10).collect::<Vec<_>>());
         assert_eq!(
@@ -360,11 +360,7 @@ mod tests {
         };
         assert_eq!(collect(r), [d(7), alone(8, 85), alone(7, 86), alone(7, 87)]);
         let r = new_run();
-        std::thread::Builder::new()
-            .spawn(move || mark_expired(r, 1, || 5))
-            .unwrap()
-            .join()
-            .unwrap();
+        on_another_thread(move || mark_expired(r, 1, || 5));
         assert_eq!(collect(r), [alone(1, 5)]);
     }
 
@@ -380,11 +376,7 @@ mod tests {
         push(r, d(3)); // another request: flagged
         push(r, d(4));
         mark_expired(r, 4, || 45); // an inline expiry: not flagged
-        std::thread::Builder::new()
-            .spawn(move || push(r, d(5))) // another thread
-            .unwrap()
-            .join()
-            .unwrap();
+        on_another_thread(move || push(r, d(5))); // another thread
         acting_for(None);
         push(r, d(6)); // no call
         let mut got = collect(r);
