@@ -2518,6 +2518,104 @@ mod tests {
         }
     }
 
+    /// Each bound `validate` checks, at its edge and one step past it: the edge is accepted, the
+    /// step past refused (a bound checked with `>=` for `>`, or one of two conditions joined
+    /// with `&&` for `||`, passed `bad_flags_are_rejected`, which tries values far out).
+    #[test]
+    fn each_flag_bound_is_accepted_at_its_edge_and_refused_past_it() {
+        type Spoil = fn(&mut Args);
+        let edges: [(&str, Spoil, Spoil); 20] = [
+            ("num", |a| a.num = 1, |a| a.num = 0),
+            ("rate low", |a| a.rate = 1.0, |a| a.rate = 0.999),
+            ("pct50", |a| a.pct50 = 1e-9, |a| a.pct50 = 0.0),
+            (
+                "pct75",
+                |a| a.pct75 = a.pct50,
+                |a| a.pct75 = a.pct50 * 0.999,
+            ),
+            ("keys low", |a| a.keys = 1, |a| a.keys = 0),
+            (
+                "keys high",
+                |a| (a.keys, a.key_space) = (MAX_KEYS, MAX_KEYS as u32),
+                |a| (a.keys, a.key_space) = (MAX_KEYS + 1, MAX_KEYS as u32 + 1),
+            ),
+            (
+                "key space low",
+                |a| (a.keys, a.key_space) = (1, 1),
+                |a| a.key_space = 0,
+            ),
+            (
+                "keys <= key space",
+                |a| (a.keys, a.key_space) = (7, 7),
+                |a| (a.keys, a.key_space) = (8, 7),
+            ),
+            (
+                "timeout low",
+                |a| (a.timeout, a.tick_ms, a.completer_tick_us) = (1, 1.0, 1000),
+                |a| a.timeout = 0,
+            ),
+            (
+                "timeout high",
+                |a| a.timeout = MAX_TIMEOUT_MS,
+                |a| a.timeout = MAX_TIMEOUT_MS + 1,
+            ),
+            (
+                "completer tick",
+                |a| a.completer_tick_us = a.timeout * 1000,
+                |a| a.completer_tick_us = a.timeout * 1000 + 1,
+            ),
+            ("tick low", |a| a.tick_ms = 0.001, |a| a.tick_ms = 0.000_999),
+            (
+                "tick high",
+                |a| (a.timeout, a.tick_ms) = (MAX_TIMEOUT_MS, 3_600_000.0),
+                |a| (a.timeout, a.tick_ms) = (MAX_TIMEOUT_MS, 3_600_000.001),
+            ),
+            ("wheel low", |a| a.wheel_size = 2, |a| a.wheel_size = 1),
+            (
+                "wheel high",
+                |a| a.wheel_size = timing_wheel::MAX_WHEEL_SIZE,
+                |a| a.wheel_size = timing_wheel::MAX_WHEEL_SIZE + 1,
+            ),
+            (
+                "find max rate",
+                |a| a.find_max_rate = true,
+                |a| (a.find_max_rate, a.plot) = (true, Some(PathBuf::from("p.svg"))),
+            ),
+            (
+                "grace low",
+                |a| a.reaper_grace_ms = 0.0,
+                |a| a.reaper_grace_ms = -0.001,
+            ),
+            (
+                "grace high",
+                |a| a.reaper_grace_ms = 3_600_000.0,
+                |a| a.reaper_grace_ms = 3_600_000.001,
+            ),
+            (
+                "executors",
+                |a| a.executors = MAX_EXECUTORS,
+                |a| a.executors = MAX_EXECUTORS + 1,
+            ),
+            ("progress", |a| a.progress = 0.0, |a| a.progress = -0.001),
+        ];
+        for (name, edge, past) in edges {
+            let mut a = small(Model::Kafka);
+            edge(&mut a);
+            assert_eq!(validate(&a), Ok(()), "{name}: the edge refused");
+            let mut a = small(Model::Kafka);
+            past(&mut a);
+            assert!(validate(&a).is_err(), "{name}: one step past accepted");
+        }
+        // `--num`'s own bound: at it, only the memory check may refuse (2^31 requests' tables
+        // are more than this machine has); one past it, `--num`'s check does.
+        let num_bound = "--num must be at most";
+        let mut a = small(Model::Kafka);
+        a.num = EXPIRES as usize;
+        assert!(!validate(&a).is_err_and(|e| e.contains(num_bound)));
+        a.num += 1;
+        assert!(validate(&a).is_err_and(|e| e.contains(num_bound)));
+    }
+
     /// A run whose per-request tables alone (built before the clock starts) are more than the
     /// machine's memory is refused with status 2: each flag within its bounds, `--model watch
     /// --keys 1024 --key-space 1024 --num 10000000` aborted on a 40 GB allocation (status 134
@@ -2709,6 +2807,80 @@ mod tests {
         s.poll(105_000_000, 105, none);
         s.poll(205_000_000, 205, none);
         assert_eq!(s.series.len(), 2);
+        for rate in &s.series {
+            assert!((rate - 1000.0).abs() < 1e-6, "{:?}", s.series);
+        }
+    }
+
+    /// The table's two exactness rows say "yes" of a run without a fault, and name how many
+    /// requests had one otherwise.
+    #[test]
+    fn the_table_names_the_requests_with_a_wrong_outcome_or_not_exactly_once() {
+        let row = |table: &str, name: &str| -> String {
+            let line = table
+                .lines()
+                .map(str::trim_start)
+                .find(|l| l.starts_with(name))
+                .expect(name);
+            line[name.len()..].trim().to_string()
+        };
+        let (outcome, once) = (
+            "every outcome consistent with its timing",
+            "exactly once (on_complete per request)",
+        );
+        let a = small(Model::Kafka);
+        let mut r = Report {
+            exactly_once: true,
+            ..Report::default()
+        };
+        let fine = table(&a, &r);
+        assert_eq!(
+            (row(&fine, outcome), row(&fine, once)),
+            ("yes".into(), "yes".into())
+        );
+        (r.wrong_outcome, r.exactly_once, r.not_exactly_once) = (3, false, 5);
+        let faulty = table(&a, &r);
+        assert_eq!(row(&faulty, outcome), "NO: 3 requests");
+        assert_eq!(row(&faulty, once), "NO: 5 requests");
+    }
+
+    /// The sampler samples (reads the pending count) at the first poll at or past each 10 ms
+    /// of the run's clock, once; after a poll that slept through several windows, at the next
+    /// 10 ms, not 10 ms after the poll. It reads the totals only for a progress line, which
+    /// comes on the run's clock in seconds. The peak is the highest pending count sampled, and
+    /// windows passed between two samples share the requests issued between them evenly.
+    #[test]
+    fn the_sampler_samples_on_a_10_ms_grid_and_reads_totals_only_for_a_line() {
+        use std::cell::RefCell;
+        let reads = RefCell::new(Vec::new());
+        let mut s = Sampler::new(1.0);
+        let ms = 1_000_000u64;
+        for t in [
+            0, 5, 9, 10, 11, 19, 20, 37, 39, 40, 41, 65, 70, 999, 1000, 1001,
+        ] {
+            let pending = [3, 7].get(reads.borrow().len()).copied().unwrap_or(1);
+            s.poll(t * ms, t as usize, |issued, totals| {
+                reads.borrow_mut().push((issued, totals));
+                Counts {
+                    pending,
+                    completed: 0,
+                    expired: 0,
+                }
+            });
+            assert_eq!(s.printed, t >= 1000, "a progress line at {t} ms?");
+        }
+        let (samples, totals): (Vec<_>, Vec<_>) = reads.take().into_iter().partition(|r| !r.1);
+        let sampled: Vec<usize> = samples.iter().map(|r| r.0).collect();
+        assert_eq!(sampled, [10, 20, 37, 40, 65, 70, 999, 1000]);
+        assert_eq!(
+            totals,
+            [(1000, true)],
+            "the totals read once, for the line at 1 s"
+        );
+        assert_eq!(s.peak, 7);
+        // One request a millisecond: 1,000 a second in every window, the nine that passed
+        // between the samples at 70 and 999 ms included.
+        assert_eq!(s.series.len(), 10);
         for rate in &s.series {
             assert!((rate - 1000.0).abs() < 1e-6, "{:?}", s.series);
         }
