@@ -106,15 +106,11 @@ pub fn process_cpu_ns() -> u64 {
     (t.tv_sec as u64).saturating_mul(1_000_000_000) + t.tv_nsec as u64
 }
 
-/// CPU time of the threads alive now, in nanoseconds: the sum of `/proc/self/task/*/schedstat`,
-/// each as of its thread's last context switch or scheduler tick (a running thread's lags by
-/// up to a tick: use [`process_cpu_ns`] to time work that does not sleep).
-pub fn live_threads_cpu_ns() -> u64 {
-    threads_cpu_ns(None)
-}
-
-/// [`live_threads_cpu_ns`] without the calling thread: what the other threads (a timer's
-/// background threads, say) used, with none of the measuring thread's own work in it.
+/// CPU time of the threads alive now but the calling one, in nanoseconds: what the other
+/// threads (a timer's background threads, say) used, with none of the measuring thread's own
+/// work in it. The sum of their `/proc/self/task/*/schedstat`, each as of its thread's last
+/// context switch or scheduler tick (a running thread's lags by up to a tick: use
+/// [`process_cpu_ns`] to time work that does not sleep).
 pub fn other_threads_cpu_ns() -> u64 {
     // "/proc/thread-self" links to "<pid>/task/<tid>".
     let me = fs::read_link("/proc/thread-self")
@@ -213,15 +209,16 @@ fn sleeps(task: &std::path::Path) -> u64 {
     status_field(&task.join("status"), "voluntary_ctxt_switches:")
 }
 
-/// The number after `field` in a `/proc` status file (0 if missing).
+/// The number after `field` in a `/proc` status file (0 if the file or the field is missing).
 fn status_field(path: &std::path::Path, field: &str) -> u64 {
-    fs::read_to_string(path)
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(field))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
-        })
+    fs::read_to_string(path).map_or(0, |text| field_value(&text, field))
+}
+
+/// The number after `field` in the text of a `/proc` status file (0 if missing).
+fn field_value(text: &str, field: &str) -> u64 {
+    text.lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
         .unwrap_or(0)
 }
 
@@ -253,12 +250,22 @@ pub fn rss_bytes() -> u64 {
 /// `SwapTotal` of `/proc/meminfo`), or its control group's limit where that is lower (a
 /// container's: a run past it is killed, not refused); `None` where neither can be read.
 pub fn memory_bytes() -> Option<u64> {
-    let meminfo = std::path::Path::new("/proc/meminfo");
-    let swap = status_field(meminfo, "SwapTotal:").saturating_mul(1024);
-    let machine = status_field(meminfo, "MemTotal:").saturating_mul(1024) + swap;
-    let cgroup = fs::read_to_string("/proc/self/cgroup")
-        .ok()
-        .and_then(|groups| cgroup_limit(&groups, swap, |p| fs::read_to_string(p).ok()));
+    let meminfo = fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let groups = fs::read_to_string("/proc/self/cgroup").ok();
+    memory_limit(&meminfo, groups.as_deref(), |p| fs::read_to_string(p).ok())
+}
+
+/// [`memory_bytes`] from the text of `/proc/meminfo` (empty if unreadable) and of
+/// `/proc/self/cgroup` (`None` if unreadable); `read` reads a file under `/sys/fs/cgroup` (see
+/// [`cgroup_limit`]).
+fn memory_limit(
+    meminfo: &str,
+    proc_self_cgroup: Option<&str>,
+    read: impl Fn(&str) -> Option<String>,
+) -> Option<u64> {
+    let swap = field_value(meminfo, "SwapTotal:").saturating_mul(1024);
+    let machine = field_value(meminfo, "MemTotal:").saturating_mul(1024) + swap;
+    let cgroup = proc_self_cgroup.and_then(|groups| cgroup_limit(groups, swap, read));
     [(machine > 0).then_some(machine), cgroup]
         .into_iter()
         .flatten()
@@ -430,6 +437,11 @@ fn ring(lines: usize) -> Vec<Line> {
     ring
 }
 
+/// The cache lines in a ring of `bytes`: at least 2, so that each load goes to another line.
+fn lines_in(bytes: usize) -> usize {
+    (bytes / std::mem::size_of::<Line>()).max(2)
+}
+
 /// The time of one load from memory on this machine, as the workloads' misses see it: `loads`
 /// dependent loads (each one's address comes from the one before, so none overlaps another)
 /// around a random ring of `bytes` of cache lines (at least 2 lines); nanoseconds per load.
@@ -437,7 +449,7 @@ fn ring(lines: usize) -> Vec<Line> {
 /// memory's. On a shared virtual machine the figures move with the neighbours' load, as the
 /// workloads' do: W4's share per request follows them (HISTORY.md, 2026-11-29).
 pub fn load_latency(bytes: usize, loads: u64) -> f64 {
-    let ring = ring((bytes / std::mem::size_of::<Line>()).max(2));
+    let ring = ring(lines_in(bytes));
     // One lap first: the ring's pages are faulted in by its construction, its lines warmed to
     // where they settle.
     let mut at = 0;
@@ -682,6 +694,17 @@ mod tests {
         assert_eq!(flagged, cfg!(debug_assertions), "{}", machine_line());
     }
 
+    /// `iterations` steps of arithmetic on this thread, then a 1 ms sleep: the thread's CPU
+    /// reading is up to date after it (the kernel updates a running thread's at switches).
+    fn work_then_sleep(iterations: u64) {
+        let mut x = 0u64;
+        for i in 0..iterations {
+            x = x.wrapping_mul(31).wrapping_add(i);
+        }
+        std::hint::black_box(x);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+
     #[test]
     fn cpu_time_grows_with_work() {
         // The thread's own reading is exact as of its last switch off the CPU (the kernel
@@ -691,12 +714,7 @@ mod tests {
         // to /proc/self/stat's 10 ms ticks.)
         std::thread::sleep(Duration::from_millis(1));
         let (a, sleeps) = (thread_cpu_ns(), this_thread().sleeps);
-        let mut x = 0u64;
-        for i in 0..20_000_000u64 {
-            x = x.wrapping_mul(31).wrapping_add(i);
-        }
-        std::hint::black_box(x);
-        std::thread::sleep(Duration::from_millis(1));
+        work_then_sleep(20_000_000);
         let b = thread_cpu_ns();
         assert!(b > a, "{b} > {a}");
         assert!(process_cpu_ns() >= b);
@@ -719,12 +737,7 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
         let worker = std::thread::spawn(move || {
-            let mut x = 0u64;
-            for i in 0..20_000_000u64 {
-                x = x.wrapping_mul(31).wrapping_add(i);
-            }
-            std::hint::black_box(x);
-            std::thread::sleep(Duration::from_millis(1));
+            work_then_sleep(20_000_000);
             tx.send(thread_cpu_ns()).expect("sent");
             let _ = stop_rx.recv();
         });
@@ -736,6 +749,70 @@ mod tests {
         );
         drop(stop_tx);
         worker.join().expect("worker");
+    }
+
+    /// A prefix's use is the sum over its live threads: at least each one's own reading (taken
+    /// after a sleep, so up to date, and before the thread blocks), and nothing of a thread
+    /// the prefix does not name.
+    #[test]
+    fn threads_named_sums_the_prefixs_threads() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        // The workers stay alive (blocked) until the sum is taken.
+        let done = std::sync::Arc::new(std::sync::Barrier::new(3));
+        let workers: Vec<_> = (0..2)
+            .map(|i| {
+                let (tx, done) = (tx.clone(), std::sync::Arc::clone(&done));
+                std::thread::Builder::new()
+                    .name(format!("namedsum-{i}"))
+                    .spawn(move || {
+                        work_then_sleep(5_000_000);
+                        tx.send(this_thread()).expect("sent");
+                        done.wait();
+                    })
+                    .expect("spawned")
+            })
+            .collect();
+        let own: Vec<ThreadUse> = (0..2).map(|_| rx.recv().expect("a reading")).collect();
+        let sum = threads_named("namedsum-");
+        let least = ThreadUse {
+            cpu_ns: own.iter().map(|u| u.cpu_ns).sum(),
+            sleeps: own.iter().map(|u| u.sleeps).sum(),
+        };
+        assert!(own.iter().all(|u| u.cpu_ns > 0 && u.sleeps > 0), "{own:?}");
+        assert!(
+            sum.cpu_ns >= least.cpu_ns && sum.sleeps >= least.sleeps,
+            "{sum:?} >= {least:?}"
+        );
+        assert_eq!(threads_named("namedsum-none"), ThreadUse::default());
+        done.wait();
+        for w in workers {
+            w.join().expect("worker");
+        }
+    }
+
+    /// The memory a process may use is the machine's RAM and swap, or its control group's
+    /// limit where that is lower (RAM, plus the machine's swap where the group sets no swap
+    /// limit); a `/proc/meminfo` that cannot be read leaves the group's, or nothing: never 0
+    /// bytes, which would refuse every run.
+    #[test]
+    fn the_memory_is_the_machines_ram_and_swap_or_the_groups_lower_limit() {
+        let meminfo = "MemTotal:        1000 kB\nMemFree:  10 kB\nSwapTotal:  500 kB\n";
+        let group = |limit: &'static str| {
+            move |p: &str| (p == "/sys/fs/cgroup/a/memory.max").then(|| limit.to_string())
+        };
+        assert_eq!(memory_limit(meminfo, None, group("0")), Some(1500 * 1024));
+        let lower = group("1000000");
+        assert_eq!(
+            memory_limit(meminfo, Some("0::/a\n"), lower),
+            Some(1_000_000 + 500 * 1024)
+        );
+        assert_eq!(
+            memory_limit(meminfo, Some("0::/a\n"), group("max")),
+            Some(1500 * 1024)
+        );
+        assert_eq!(memory_limit("", Some("0::/a\n"), lower), Some(1_000_000));
+        assert_eq!(memory_limit("", None, lower), None);
+        assert_eq!(memory_limit("", Some("0::/\n"), lower), None);
     }
 
     /// Memory figures are bytes: the process's resident set is over a megabyte, and the
@@ -795,6 +872,29 @@ mod tests {
             );
         }
         assert_eq!(std::mem::size_of::<Line>(), 64);
+    }
+
+    /// A ring of `bytes` spans them, a line per 64 bytes (a ring of a few lines stays in the
+    /// first-level cache, whatever size was asked for), and at least two lines.
+    #[test]
+    fn a_ring_of_bytes_has_a_line_per_64_bytes() {
+        assert_eq!(lines_in(32 << 20), 512 << 10);
+        assert_eq!(lines_in(64 << 10), 1024);
+        assert_eq!((lines_in(64), lines_in(0)), (2, 2));
+    }
+
+    /// `mem-latency`'s rings go up through the cache levels to memory: in whole KiB (as it
+    /// prints them), ascending from a first-level cache's 32 KiB to past any last-level cache
+    /// of a small machine.
+    #[test]
+    fn the_latency_rings_ascend_from_the_first_cache_level_to_memory() {
+        assert_eq!(LATENCY_SIZES[0], 32 << 10);
+        assert!(
+            LATENCY_SIZES.windows(2).all(|w| w[0] < w[1]),
+            "{LATENCY_SIZES:?}"
+        );
+        assert!(LATENCY_SIZES.iter().all(|b| b % 1024 == 0));
+        assert!(LATENCY_SIZES[LATENCY_SIZES.len() - 1] >= 128 << 20);
     }
 
     #[test]
