@@ -800,8 +800,8 @@ mod tests {
         let group = |limit: &'static str| {
             move |p: &str| (p == "/sys/fs/cgroup/a/memory.max").then(|| limit.to_string())
         };
-        assert_eq!(memory_limit(meminfo, None, group("0")), Some(1500 * 1024));
         let lower = group("1000000");
+        assert_eq!(memory_limit(meminfo, None, lower), Some(1500 * 1024));
         assert_eq!(
             memory_limit(meminfo, Some("0::/a\n"), lower),
             Some(1_000_000 + 500 * 1024)
