@@ -116,12 +116,8 @@ pub fn other_threads_cpu_ns() -> u64 {
     let me = fs::read_link("/proc/thread-self")
         .ok()
         .and_then(|p| p.file_name().map(|f| f.to_owned()));
-    threads_cpu_ns(me.as_deref())
-}
-
-fn threads_cpu_ns(skip: Option<&std::ffi::OsStr>) -> u64 {
     tasks()
-        .filter(|t| skip.is_none_or(|s| Some(s) != t.file_name()))
+        .filter(|t| me.is_none() || t.file_name() != me.as_deref())
         .map(|t| schedstat_ns(&t))
         .sum()
 }
