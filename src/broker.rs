@@ -1264,6 +1264,106 @@ mod tests {
         assert_eq!(sent, [(0, 12, vec![12], false)]);
     }
 
+    /// A produce of `id` (of `n` answered slots) needing offset `required` on each of `parts`.
+    fn produce(
+        id: usize,
+        n: usize,
+        log: &Arc<Log>,
+        parts: &[u32],
+        required: u64,
+    ) -> DelayedProduce {
+        DelayedProduce {
+            id,
+            log: log.clone(),
+            parts: parts
+                .iter()
+                .map(|&p| ProducePart {
+                    p,
+                    required,
+                    status: Status::RequestTimedOut,
+                    hw_seen: 0,
+                })
+                .collect(),
+            acked: Arc::new(parts.iter().map(|_| AtomicBool::new(false)).collect()),
+            expired: false,
+            issued: Instant::now(),
+            timeout: Duration::from_secs(30),
+            completing_at: None,
+            ready_at: None,
+            responses: Arc::new((0..n).map(|_| Mutex::new(None)).collect()),
+            answered: Arc::new((0..n).map(|_| AtomicU8::new(0)).collect()),
+        }
+    }
+
+    /// A produce's hint says "maybe" only while some partition it has not acknowledged has its
+    /// HW at the offset (`try_complete` would then acknowledge it); a fetch's, once `min_bytes`
+    /// are below the HWs.
+    #[test]
+    fn the_ready_hints_say_maybe_only_when_try_complete_would_move() {
+        let log = Arc::new(Log::new(2, 1));
+        let mut op = produce(0, 1, &log, &[0, 1], 10);
+        let hint = op.ready_hint().expect("a produce gives a hint");
+        assert!(!hint.may_complete());
+        log.partitions[0].hw.store(10, SeqCst);
+        assert!(hint.may_complete());
+        assert!(!op.try_complete()); // partition 0 acknowledged, 1 not yet
+        assert!(!hint.may_complete());
+        log.partitions[1].hw.store(10, SeqCst);
+        assert!(hint.may_complete());
+        assert!(op.try_complete());
+
+        let one = one_partition();
+        let (tx, _rx) = mpsc::channel();
+        let hint = fetch(0, &one, &tx)
+            .ready_hint()
+            .expect("a fetch gives a hint");
+        one.partitions[0].hw.store(9, SeqCst);
+        assert!(!hint.may_complete());
+        one.partitions[0].hw.store(10, SeqCst);
+        assert!(hint.may_complete());
+    }
+
+    /// An expiry before the operation's timeout is flagged early; one after it, late by the
+    /// difference (the timer is checked elsewhere: here, the flag the run reports).
+    #[test]
+    fn an_expiry_before_the_timeout_is_flagged_early_and_one_after_it_late() {
+        let log = one_partition();
+        let back = Duration::from_secs(10);
+        let long_ago = Instant::now()
+            .checked_sub(back)
+            .expect("the machine has been up for 10 s");
+        for (issued, timeout, early) in [
+            (Instant::now(), Duration::from_secs(3600), true),
+            (long_ago, Duration::from_secs(1), false),
+        ] {
+            // Zero if early; at least the 9 s past its timeout if not.
+            let late_enough = |lateness: Duration| match early {
+                true => lateness.is_zero(),
+                false => lateness >= back - timeout,
+            };
+            let mut op = produce(0, 1, &log, &[0], 10);
+            (op.issued, op.timeout) = (issued, timeout);
+            op.on_complete();
+            op.on_expiration();
+            let r = op.responses[0].lock().unwrap().take().expect("answered");
+            let produced = (r.expired, r.expired_early, r.expiry_lateness);
+
+            let (tx, rx) = mpsc::channel();
+            let mut op = fetch(0, &log, &tx);
+            (op.issued, op.max_wait) = (issued, timeout);
+            op.on_complete();
+            op.on_expiration();
+            drop(op);
+            let (_, r) = rx.try_recv().expect("answered");
+            let fetched = (r.expired, r.expired_early, r.expiry_lateness);
+
+            for (expired, expired_early, lateness) in [produced, fetched] {
+                assert!(expired && expired_early == early, "early {early}");
+                assert!(late_enough(lateness), "{lateness:?}");
+            }
+        }
+    }
+
     fn ms(base: Instant, n: u64) -> Instant {
         base + Duration::from_millis(n)
     }
@@ -1300,6 +1400,22 @@ mod tests {
         assert!(lost_wake_up(Some(unchecked), entered, None, Some(ms(t, 60))).is_some());
         assert!(lost_wake_up(Some(unchecked), entered, None, Some(ms(t, 9))).is_none());
         assert!(lost_wake_up(Some(unchecked), ms(t, 20), Some(ms(t, 19)), None).is_none());
+        // At the edges: found, or expired, at the very moment the check returned (or the
+        // unchecked raise was made) is not after it.
+        assert!(lost_wake_up(Some(checked), entered, Some(ms(t, 12)), None).is_none());
+        assert!(lost_wake_up(Some(checked), entered, None, Some(ms(t, 12))).is_none());
+        assert!(lost_wake_up(Some(unchecked), entered, Some(ms(t, 10)), None).is_none());
+        assert!(lost_wake_up(Some(unchecked), entered, None, Some(ms(t, 10))).is_none());
+    }
+
+    /// An expiry's "no later than its marking" bound is the earlier of `on_complete`'s start and
+    /// the timeout.
+    #[test]
+    fn expired_by_is_the_earlier_of_the_completion_and_the_timeout() {
+        let t = Instant::now();
+        let timeout = Duration::from_millis(100);
+        assert_eq!(expired_by(ms(t, 130), t, timeout), ms(t, 100));
+        assert_eq!(expired_by(ms(t, 70), t, timeout), ms(t, 70));
     }
 
     /// The raise that made an operation ready, across partitions, by the raises' times.
@@ -1321,6 +1437,74 @@ mod tests {
         let sum = |hw: &[u64]| hw[0] + hw[1] >= 120;
         assert_eq!(raises.first_ready(&[0, 1], sum).unwrap().at, ms(t, 3));
         assert!(raises.first_ready(&[0, 1], |hw| hw[1] > 90).is_none());
+    }
+
+    /// How long without progress counts as stuck: the progress timeout, or 20 times the
+    /// longest pause the configuration makes if that is longer.
+    #[test]
+    fn stuck_after_is_the_progress_timeout_or_20_times_the_longest_pause() {
+        let quick = Config {
+            produce_timeout: Duration::from_millis(1),
+            follower_lag: Duration::from_millis(1),
+            produce_pace: Duration::from_millis(1),
+            fetch_max_wait: Duration::from_millis(1),
+            progress_timeout: Duration::from_secs(1),
+            ..Config::default()
+        };
+        assert_eq!(quick.stuck_after(), Duration::from_secs(1));
+        let ms = Duration::from_millis;
+        for (cfg, stuck) in [
+            // A follower's stall: twice the produce timeout.
+            (
+                Config {
+                    produce_timeout: ms(100),
+                    ..quick.clone()
+                },
+                ms(4_000),
+            ),
+            (
+                Config {
+                    follower_lag: ms(300),
+                    ..quick.clone()
+                },
+                ms(6_000),
+            ),
+            (
+                Config {
+                    produce_pace: ms(70),
+                    ..quick.clone()
+                },
+                ms(1_400),
+            ),
+            (
+                Config {
+                    fetch_max_wait: ms(500),
+                    ..quick.clone()
+                },
+                ms(10_000),
+            ),
+        ] {
+            assert_eq!(cfg.stuck_after(), stuck, "{cfg:?}");
+        }
+    }
+
+    /// Progress is the last append or HW raise: the log is idle from its start until then.
+    #[test]
+    fn the_log_is_idle_since_its_last_append_or_raise() {
+        let back = Duration::from_secs(10);
+        for step in [
+            |log: &Log| assert_eq!(log.append(0, 5), 5), // the new LEO
+            |log: &Log| assert_eq!(log.note_raise(0, 5), 0), // its index
+        ] {
+            let mut log = Log::new(1, 1);
+            log.t0 = log
+                .t0
+                .checked_sub(back)
+                .expect("the machine has been up for 10 s");
+            assert!(log.idle_for() >= back);
+            step(&log);
+            assert!(log.idle_for() < back, "{:?}", log.idle_for());
+        }
     }
 
     /// The outcome checks: a run in which no check completed anything is a problem.
@@ -1359,6 +1543,24 @@ mod tests {
             },
         ] {
             assert!(bad.check().is_err(), "{bad:?}");
+        }
+        // A run of produces only, or of fetches only, has nothing to show for the other kind.
+        let produces_only = Report {
+            fetches: 0,
+            fetches_satisfied: 0,
+            fetches_expired: 0,
+            fetches_woken: 0,
+            ..ok()
+        };
+        let fetches_only = Report {
+            produces: 0,
+            produces_acked: 0,
+            produces_timed_out: 0,
+            produces_woken: 0,
+            ..ok()
+        };
+        for run in [produces_only, fetches_only] {
+            assert!(run.check().is_ok(), "{run:?}");
         }
     }
 }
