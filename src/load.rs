@@ -2192,7 +2192,55 @@ fn generating_windows(r: &Report) -> &[f64] {
     &r.rate_series[..r.rate_series.len().min(windows.max(1))]
 }
 
-/// The `--plot` figure, drawn with plotters (SVG backend): the run's header, then the
+/// A panel of the `--plot` figure: its axes' ranges and its line's points.
+#[derive(Debug, PartialEq)]
+struct Panel {
+    x: std::ops::Range<f64>,
+    y: std::ops::Range<f64>,
+    points: Vec<(f64, f64)>,
+}
+
+/// The completion-delay panel, from the delays (ms, sorted; `None` if there are none): the
+/// empirical CDF up to p99.9 (the (i+1)-th smallest delay has i+1 of n at or below it, so the
+/// line tops out at 1 with every request counted), thinned to every `n / 600`-th delay; x from
+/// the smallest delay (or 0) to p99.9 (at least 1 µs wide), y from 0 to 1.
+fn cdf_panel(d: &[f64]) -> Option<Panel> {
+    let n = d.len();
+    let lo = d.first()?.min(0.0);
+    let hi = d[n * 999 / 1000].max(lo + 1e-3);
+    let points = d
+        .iter()
+        .enumerate()
+        .step_by((n / 600).max(1))
+        .filter(|(_, v)| **v <= hi)
+        .map(|(i, v)| (*v, (i + 1) as f64 / n as f64))
+        .collect();
+    Some(Panel {
+        x: lo..hi,
+        y: 0.0..1.0,
+        points,
+    })
+}
+
+/// The issue-rate panel, from the generating windows' rates (req/s per 100 ms window; `None`
+/// if there are none): a point per window at its start (s), x over the windows, y from 0 to
+/// 15% above the highest rate or the target, whichever is higher.
+fn rate_panel(series: &[f64], target: f64) -> Option<Panel> {
+    if series.is_empty() {
+        return None;
+    }
+    let top = series.iter().copied().fold(target, f64::max) * 1.15;
+    Some(Panel {
+        x: 0.0..series.len() as f64 / 10.0,
+        y: 0.0..top,
+        points: (0..)
+            .map(|i| f64::from(i) / 10.0)
+            .zip(series.iter().copied())
+            .collect(),
+    })
+}
+
+/// The `--plot` figure, drawn with plotters/// The `--plot` figure, drawn with plotters (SVG backend): the run's header, then the
 /// completion-delay distribution (CDF up to p99.9) and the achieved issue rate per 100 ms window
 /// while the generator ran, against the target rate.
 /// A drawing error is returned (nothing half-drawn is written).
@@ -2222,11 +2270,7 @@ fn draw_plot(svg: &mut String, args: &Args, r: &Report) -> Result<(), Box<dyn st
     let (cdf_area, rate_area) = root.margin(64, 5, 5, 10).split_vertically(320);
 
     // Panel 1: CDF of the completion delay vs the intended time.
-    let d = &r.delays;
-    if !d.is_empty() {
-        let lo = d[0].min(0.0);
-        let hi = d[((d.len() as f64 * 0.999) as usize).min(d.len() - 1)].max(lo + 1e-3);
-        let step = (d.len() / 600).max(1);
+    if let Some(cdf) = cdf_panel(&r.delays) {
         let mut chart = ChartBuilder::on(&cdf_area)
             .caption(
                 "completion time minus intended time (latency, capped at the timeout): CDF up to p99.9",
@@ -2235,7 +2279,7 @@ fn draw_plot(svg: &mut String, args: &Args, r: &Report) -> Result<(), Box<dyn st
             .margin(8)
             .x_label_area_size(35)
             .y_label_area_size(50)
-            .build_cartesian_2d(lo..hi, 0f64..1f64)?;
+            .build_cartesian_2d(cdf.x, cdf.y)?;
         chart
             .configure_mesh()
             .x_desc("ms")
@@ -2243,22 +2287,14 @@ fn draw_plot(svg: &mut String, args: &Args, r: &Report) -> Result<(), Box<dyn st
             .x_label_formatter(&|v| format!("{v:.2}"))
             .draw()?;
         chart.draw_series(LineSeries::new(
-            d.iter()
-                .enumerate()
-                .step_by(step)
-                .filter(|(_, v)| **v <= hi)
-                // The empirical CDF: the (i+1)-th smallest delay has i+1 of n at or below it
-                // (i/n topped out at (n-1)/n, under 1 with every request counted).
-                .map(|(i, v)| (*v, (i + 1) as f64 / d.len() as f64)),
+            cdf.points,
             ShapeStyle::from(&BLUE).stroke_width(2),
         ))?;
     }
 
     // Panel 2: issue rate over time, while generating.
-    let series = generating_windows(r);
-    if !series.is_empty() {
-        let top = series.iter().copied().fold(args.rate, f64::max) * 1.15;
-        let secs = (series.len() as f64 / 10.0).max(0.1);
+    if let Some(rates) = rate_panel(generating_windows(r), args.rate) {
+        let secs = rates.x.end;
         let mut chart = ChartBuilder::on(&rate_area)
             .caption(
                 "issued requests per second (100 ms windows); dashed: the target rate",
@@ -2267,7 +2303,7 @@ fn draw_plot(svg: &mut String, args: &Args, r: &Report) -> Result<(), Box<dyn st
             .margin(8)
             .x_label_area_size(35)
             .y_label_area_size(70)
-            .build_cartesian_2d(0f64..secs, 0f64..top)?;
+            .build_cartesian_2d(rates.x, rates.y)?;
         chart
             .configure_mesh()
             .x_desc("s")
@@ -2275,10 +2311,7 @@ fn draw_plot(svg: &mut String, args: &Args, r: &Report) -> Result<(), Box<dyn st
             .y_label_formatter(&|v| format!("{v:.0}"))
             .draw()?;
         chart.draw_series(LineSeries::new(
-            series
-                .iter()
-                .enumerate()
-                .map(|(i, v)| (i as f64 / 10.0, *v)),
+            rates.points,
             ShapeStyle::from(&RGBColor(230, 120, 0)).stroke_width(2),
         ))?;
         chart.draw_series(DashedLineSeries::new(
@@ -2461,6 +2494,7 @@ mod tests {
             );
             let svg = plot_svg(&a, &r).expect("drawn");
             assert!(svg.starts_with("<svg") && svg.contains("polyline") && svg.contains("CDF"));
+            assert!(svg.contains("issued requests per second"), "no rate panel");
         }
     }
 
@@ -2962,6 +2996,76 @@ mod tests {
             );
             assert!(f.lowest >= 1.0);
         }
+    }
+
+    /// The CDF panel: from the smallest delay (or 0) to p99.9, a point per `n / 600`-th delay
+    /// at the fraction of requests at or below it.
+    #[test]
+    fn the_cdf_panel_runs_to_p99_9_with_a_point_per_thinned_delay() {
+        // 2,000 delays of 1..=2,000 ms: p99.9 is the 1,999th; every 3rd delay is drawn.
+        let d: Vec<f64> = (1..=2_000).map(f64::from).collect();
+        let cdf = cdf_panel(&d).expect("delays to draw");
+        assert_eq!((cdf.x, cdf.y), (0.0..1_999.0, 0.0..1.0));
+        assert_eq!(cdf.points.len(), 667); // the delays 1, 4, ..., 1,999
+        assert_eq!(cdf.points[0], (1.0, 1.0 / 2_000.0));
+        assert_eq!(cdf.points[1], (4.0, 4.0 / 2_000.0));
+        assert_eq!(cdf.points[666], (1_999.0, 1_999.0 / 2_000.0));
+        // Early completions (negative delays) widen the axis; few delays are all drawn, and
+        // one delay, or equal ones, still make an axis 1 µs wide.
+        let cdf = cdf_panel(&[-0.5, 0.25, 2.0]).expect("delays to draw");
+        assert_eq!(cdf.x, -0.5..2.0);
+        assert_eq!(
+            cdf.points,
+            [(-0.5, 1.0 / 3.0), (0.25, 2.0 / 3.0), (2.0, 1.0)]
+        );
+        let cdf = cdf_panel(&[0.0, 0.0]).expect("delays to draw");
+        assert_eq!(
+            (cdf.x, cdf.points),
+            (0.0..1e-3, vec![(0.0, 0.5), (0.0, 1.0)])
+        );
+        assert_eq!(cdf_panel(&[]), None);
+    }
+
+    /// The rate panel: a point per 100 ms window at its start, under a top 15% above the
+    /// highest rate or the target, whichever is higher.
+    #[test]
+    fn the_rate_panel_has_a_point_per_window_under_a_top_above_rate_and_target() {
+        let p = rate_panel(&[100.0, 300.0, 200.0], 250.0).expect("windows to draw");
+        assert_eq!(p.x, 0.0..0.3); // 3 windows
+        assert!(
+            (p.y.end - 345.0).abs() < 1e-9 && p.y.start == 0.0,
+            "{:?}",
+            p.y
+        );
+        assert_eq!(p.points, [(0.0, 100.0), (0.1, 300.0), (0.2, 200.0)]);
+        let p = rate_panel(&[100.0], 1_000.0).expect("windows to draw");
+        assert!((p.y.end - 1_150.0).abs() < 1e-9, "{:?}", p.y);
+        assert_eq!(rate_panel(&[], 1_000.0), None);
+    }
+
+    /// The purgatory's ready test reads the flag of the request whose id the watcher gave.
+    #[test]
+    fn the_ready_test_reads_the_flag_of_the_id_given() {
+        let flags = FlagPool::new().take(3);
+        let test = ReadyFlags(flags);
+        assert!(!(0..3).any(|id| test.maybe_ready(&7, id)));
+        flags[1].store(true, Relaxed);
+        assert_eq!(
+            (0..3)
+                .map(|id| test.maybe_ready(&7, id))
+                .collect::<Vec<_>>(),
+            [false, true, false]
+        );
+    }
+
+    /// The generator refills from the vectors the completer sent back (their capacity kept),
+    /// and starts a new one, room for 64 requests, only when none is there.
+    #[test]
+    fn the_generator_reuses_the_batch_vectors_sent_back() {
+        let (back_tx, back_rx) = crossbeam_channel::unbounded();
+        back_tx.send(Vec::with_capacity(1_000)).unwrap();
+        assert_eq!(refill(&back_rx).capacity(), 1_000);
+        assert_eq!(refill(&back_rx).capacity(), 64);
     }
 
     /// The plot's rate panel shows every window the generator spent whole issuing, and none
