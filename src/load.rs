@@ -2240,7 +2240,7 @@ fn rate_panel(series: &[f64], target: f64) -> Option<Panel> {
     })
 }
 
-/// The `--plot` figure, drawn with plotters/// The `--plot` figure, drawn with plotters (SVG backend): the run's header, then the
+/// The `--plot` figure, drawn with plotters (SVG backend): the run's header, then the
 /// completion-delay distribution (CDF up to p99.9) and the achieved issue rate per 100 ms window
 /// while the generator ran, against the target rate.
 /// A drawing error is returned (nothing half-drawn is written).
