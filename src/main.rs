@@ -329,7 +329,9 @@ fn bytes_per_task(name: &str, n: usize, range_ms: u64) -> f64 {
     let (full, empty) = (rss(n), rss(0));
     or_exit(bytes_over(full, empty, n).ok_or_else(|| {
         format!(
-            "{name}: the peak RSS with {n} tasks ({full} bytes) is not above the empty probe's              ({empty}): no bytes-per-task figure (too few tasks to measure; --no-bytes skips it)"
+            "{name}: the peak RSS with {n} tasks ({full} bytes) is not above the empty \
+             probe's ({empty}): no bytes-per-task figure (too few tasks to measure; --no-bytes \
+             skips it)"
         )
     }))
 }
